@@ -1,0 +1,82 @@
+#include "util/thread_pool.h"
+
+#include <algorithm>
+#include <immintrin.h>
+
+namespace df {
+
+namespace {
+constexpr int kSpinIterations = 1 << 16;
+}
+
+ThreadPool::ThreadPool(int n_threads) {
+  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  n_threads_ = n_threads;
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  generation_.fetch_add(1);
+  generation_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::worker_loop(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    uint64_t gen = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
+      _mm_pause();
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    if (gen == seen) {
+      generation_.wait(seen, std::memory_order_acquire);
+      continue;
+    }
+    seen = gen;
+    if (stop_.load()) return;
+    (*job_)(index);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+  }
+}
+
+void ThreadPool::run(const std::function<void(int)>& fn) {
+  if (n_threads_ == 1) {
+    fn(0);
+    return;
+  }
+  job_ = &fn;
+  pending_.store(n_threads_ - 1, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  fn(0);
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations) {
+      _mm_pause();
+    } else {
+      const int p = pending_.load(std::memory_order_acquire);
+      if (p != 0) pending_.wait(p, std::memory_order_acquire);
+    }
+  }
+  job_ = nullptr;
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain,
+                              const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t max_parts = (n + grain - 1) / grain;
+  const int parts = int(std::min<int64_t>(n_threads_, max_parts));
+  if (parts <= 1) {
+    fn(0, n, 0);
+    return;
+  }
+  run([&](int t) {
+    if (t >= parts) return;
+    const int64_t begin = n * t / parts, end = n * (t + 1) / parts;
+    if (begin < end) fn(begin, end, t);
+  });
+}
+
+}  // namespace df
