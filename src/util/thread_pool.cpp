@@ -6,7 +6,9 @@
 namespace df {
 
 namespace {
-constexpr int kSpinIterations = 1 << 16;
+// ~100 us of pause instructions: long enough to bridge consecutive ops of a decode step,
+// short enough not to burn a core when the machine is oversubscribed.
+constexpr int kSpinIterations = 1 << 10;
 }
 
 ThreadPool::ThreadPool(int n_threads) {

@@ -1,0 +1,120 @@
+// The op set every backend implements. Models are plain code calling these in order.
+// Pointers to activations, weights and state are backend memory (host memory for the CPU
+// backend, device memory for CUDA). Activations are row-major float32: one row per batch row.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "quant/types.h"
+
+namespace df {
+
+// A 2-D weight as stored in the file: n_out rows of n_in elements in `type` blocks.
+struct Weight {
+  GgmlType type = GgmlType::F32;
+  int64_t n_in = 0;   // ne0
+  int64_t n_out = 0;  // ne1
+  const void* data = nullptr;
+  size_t row_bytes = 0;
+  explicit operator bool() const { return data != nullptr; }
+};
+
+// Shapes of a Gated DeltaNet layer (GGUF head order: value head h uses key head h % n_k).
+struct GdnShape {
+  int n_k = 0, n_v = 0;  // key heads, value heads
+  int d_k = 0, d_v = 0;  // key head dim, value head dim
+  int conv_dim() const { return 2 * n_k * d_k + n_v * d_v; }
+  size_t state_floats() const { return size_t(n_v) * d_k * d_v; }  // S[h][i (key)][j (value)]
+};
+
+// One attention layer's paged KV storage: K and V as f16, [block][slot in block][kv head][dim].
+struct KvLayerView {
+  uint16_t* k = nullptr;
+  uint16_t* v = nullptr;
+  int block_tokens = 0;
+  int n_head_kv = 0, head_dim = 0;
+  size_t token_stride() const { return size_t(n_head_kv) * head_dim; }  // elements per token
+};
+
+// Where a sequence's tokens live: block_table[pos / block_tokens] is the block of position pos.
+struct SeqKv {
+  const int32_t* block_table = nullptr;
+  int n_blocks = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // --- memory ---
+  virtual void* alloc(size_t bytes) = 0;  // zero-initialised
+  virtual void release(void* p) = 0;
+  virtual void upload(void* dst, const void* src, size_t bytes) = 0;
+  virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+  // Makes weight bytes from the (mapped) file usable by ops. The CPU backend reads the mapping
+  // in place; a GPU backend uploads. The file must outlive the backend's use of the result.
+  virtual const void* weight_data(const void* host, size_t bytes) = 0;
+
+  // --- dense ops (rows = batch rows) ---
+  // y[r][o] = sum_k W[o][k] * x[r][k]; x is rows × n_in (contiguous), y is rows × n_out.
+  virtual void matmul(const Weight& w, const float* x, int rows, float* y) = 0;
+  // out[r] = dequantized row tokens[r] of the embedding table (ne0 = n_embd).
+  virtual void embed(const Weight& table, const int32_t* tokens, int rows, float* out) = 0;
+  // RMSNorm of n vectors of length dim: out = x * rsqrt(mean(x^2) + eps) * w. Vector i starts at
+  // x + i * x_stride (and out + i * out_stride); out may equal x.
+  virtual void rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, float eps,
+                        float* out, size_t out_stride) = 0;
+  // x[i] += y[i]
+  virtual void add(float* x, const float* y, int64_t n) = 0;
+  // out[i] = silu(gate[i]) * up[i] for i < n (n = rows * n_ff; all contiguous).
+  virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
+  // x[r][i] *= sigmoid(g[r][i]) for i < n: vector r of x at x + r * x_stride, of g at g + r * g_stride.
+  virtual void mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n) = 0;
+  // NeoX-style rotary embedding of the first n_rot dims of each head, in place. Head h of row r
+  // starts at x + r * row_stride + h * head_stride. Pairs (i, i + n_rot/2).
+  virtual void rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads,
+                         const int32_t* pos, int n_rot, float theta) = 0;
+
+  // --- attention over a paged KV cache ---
+  // Writes k, v rows (rows × n_head_kv*head_dim, contiguous) at positions pos[] of one sequence.
+  virtual void kv_store(const KvLayerView& kv, const SeqKv& seq, const float* k, const float* v,
+                        const int32_t* pos, int rows) = 0;
+  // Causal attention of `rows` query rows of one sequence: row r (position pos[r]) attends to
+  // the sequence's cached positions 0..pos[r]. Head h of row r's query is at
+  // q + r * q_row_stride + h * q_head_stride; output row r is out + r * n_head*head_dim.
+  // Query head h uses kv head h / (n_head / n_head_kv). scale = 1/sqrt(head_dim) normally.
+  virtual void attention(const float* q, size_t q_row_stride, size_t q_head_stride, int rows,
+                         const int32_t* pos, int n_head, const KvLayerView& kv, const SeqKv& seq,
+                         float scale, float* out) = 0;
+
+  // --- Gated DeltaNet ---
+  // Causal depthwise conv (kernel K) + SiLU over rows of `channels` values for one sequence.
+  // state holds the previous K-1 inputs, time-major ([K-1][channels]), and is updated to the
+  // last K-1 inputs. w is [channels][K] (w[c][K-1] multiplies the current input).
+  virtual void conv1d_silu(const float* x, size_t x_stride, int rows, int channels, const float* w,
+                           int kernel, float* state, float* out, size_t out_stride) = 0;
+  // In place: L2-normalise each of n_heads vectors of length dim per row (x / max(|x|, eps)),
+  // then multiply by scale.
+  virtual void l2_norm_heads(float* x, size_t row_stride, int rows, int n_heads, int dim, float eps,
+                             float scale) = 0;
+  // In place over rows × n_v: beta = sigmoid(b); g = a_coef[h] * softplus(a + dt_bias[h]).
+  virtual void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v) = 0;
+  // Delta rule over `rows` tokens of one sequence, starting from state S (updated in place).
+  // qkv rows (stride qkv_stride) hold [q (n_k*d_k) | k (n_k*d_k) | v (n_v*d_v)], q and k already
+  // L2-normalised (q also scaled). g, beta: rows × n_v. out: rows × n_v*d_v.
+  // chunked = true uses the chunked (parallel) form; both give the same result to fp32 round-off.
+  virtual void gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
+                              const float* beta, int rows, float* S, float* out, bool chunked) = 0;
+  // out[r][h] = rms_norm(x[r][h]; w, eps) * silu(z[r][h]) per value head (w shared by heads).
+  virtual void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
+                              float eps) = 0;
+};
+
+// The CPU backend with n_threads workers (0 = all hardware threads).
+std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+
+}  // namespace df

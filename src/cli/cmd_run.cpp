@@ -1,0 +1,97 @@
+// deltaflash run: generate text from a prompt, streaming to stdout.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <random>
+
+#include "cli/commands.h"
+#include "cli/loaded_model.h"
+#include "util/error.h"
+#include "engine/chat_prompt.h"
+#include "engine/generator.h"
+
+namespace df::cli {
+
+namespace {
+
+struct RunArgs {
+  std::string model, prompt, system;
+  int n_predict = 128;
+  int threads = 0;
+  int ctx = 4096;
+  int batch = 512;
+  bool chat = false, stats_json = false;
+  int64_t seed = -1;
+  SamplingParams sp;
+};
+
+void run(const RunArgs& a) {
+  LoadedModel m = load_model(a.model, a.threads, a.batch, true);
+  const std::string text = a.chat ? chatml_prompt(a.system, a.prompt) : a.prompt;
+  const std::vector<int32_t> prompt = m.tokenizer->encode(text, true);
+  if (prompt.empty()) fail("the prompt is empty after tokenization");
+  if (int(prompt.size()) + 1 > a.ctx)
+    fail("prompt has {} tokens but the context is {} (raise --ctx)", prompt.size(), a.ctx);
+  GenerateOptions opt;
+  opt.max_new_tokens = std::min(a.n_predict, a.ctx - int(prompt.size()));
+  opt.prefill_chunk = a.batch;
+  opt.sampling = a.sp;
+  opt.sampling.seed = a.seed >= 0 ? uint64_t(a.seed) : std::random_device{}();
+  Generator gen(*m.model, m.tokenizer.get(), a.ctx);
+  StreamDecoder dec(*m.tokenizer);
+  if (!a.chat) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  }
+  const GenerateStats st = gen.generate(prompt, opt, [&](int32_t tok) {
+    if (m.tokenizer->is_eog(tok)) return true;
+    const std::string piece = dec.push(tok);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  const std::string tail = dec.flush();
+  std::fwrite(tail.data(), 1, tail.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (a.stats_json) {
+    nlohmann::json j = {{"prompt_tokens", st.prompt_tokens},       {"generated_tokens", st.generated_tokens},
+                        {"prefill_tok_s", st.prefill_tok_s()},      {"decode_tok_s", st.decode_tok_s()},
+                        {"prefill_seconds", st.prefill_seconds},    {"decode_seconds", st.decode_seconds},
+                        {"finish_reason", st.finish_reason},        {"seed", opt.sampling.seed},
+                        {"threads", a.threads}};
+    std::fprintf(stderr, "%s\n", j.dump().c_str());
+  } else {
+    std::fprintf(stderr, "[prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s | %s | seed %llu]\n",
+                 st.prompt_tokens, st.prefill_tok_s(), st.generated_tokens, st.decode_tok_s(),
+                 st.finish_reason.c_str(), static_cast<unsigned long long>(opt.sampling.seed));
+  }
+}
+
+}  // namespace
+
+void register_run(CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  CLI::App* c = app.add_subcommand("run", "Generate text from a prompt (streams to stdout)");
+  c->add_option("-m,--model", a->model, "Model file (GGUF)")->required()->check(CLI::ExistingFile);
+  c->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+  c->add_option("-n,--n-predict", a->n_predict, "Maximum tokens to generate")->capture_default_str();
+  c->add_option("--temp", a->sp.temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
+  c->add_option("--top-k", a->sp.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
+  c->add_option("--top-p", a->sp.top_p, "Nucleus sampling mass (1 = off)")->capture_default_str();
+  c->add_option("--min-p", a->sp.min_p, "Drop tokens below min-p times the top probability (0 = off)")
+      ->capture_default_str();
+  c->add_option("--repeat-penalty", a->sp.repeat_penalty, "Repetition penalty (1 = off)")->capture_default_str();
+  c->add_option("--presence-penalty", a->sp.presence_penalty, "Presence penalty")->capture_default_str();
+  c->add_option("--frequency-penalty", a->sp.frequency_penalty, "Frequency penalty")->capture_default_str();
+  c->add_option("--seed", a->seed, "Random seed (-1 = random)")->capture_default_str();
+  c->add_flag("--chat", a->chat, "Wrap the prompt as a chat turn (ChatML)");
+  c->add_option("--system", a->system, "System prompt (with --chat)");
+  c->add_option("-t,--threads", a->threads, "CPU threads (0 = all cores)")->capture_default_str();
+  c->add_option("-c,--ctx", a->ctx, "Context size in tokens")->capture_default_str();
+  c->add_option("-b,--batch", a->batch, "Prefill chunk size in tokens")->capture_default_str();
+  c->add_flag("--stats-json", a->stats_json, "Print the closing stats as one JSON object on stderr");
+  c->callback([a] { run(*a); });
+}
+
+}  // namespace df::cli

@@ -1,0 +1,60 @@
+// Single-sequence generation over the Batch API: chunked prefill, then one decode row per
+// step, sampling, stop conditions and timing. The continuous-batching scheduler will drive the
+// same model API with many sequences; this is its one-sequence case.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "model/target_model.h"
+
+namespace df {
+
+class Tokenizer;
+
+struct GenerateOptions {
+  int max_new_tokens = 128;
+  int prefill_chunk = 512;    // rows per prefill forward (<= the model's max_batch_rows)
+  bool stop_at_eog = true;    // stop on end-of-generation tokens
+  SamplingParams sampling;
+};
+
+struct GenerateStats {
+  int prompt_tokens = 0;
+  int generated_tokens = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;  // from the first generated token's sampling to the last one
+  std::string finish_reason;  // "stop" (eog), "length", "callback"
+  double prefill_tok_s() const { return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0; }
+  double decode_tok_s() const {
+    return decode_seconds > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_seconds : 0;
+  }
+};
+
+class Generator {
+ public:
+  Generator(TargetModel& model, const Tokenizer* tok, int ctx);
+
+  // on_token(id) is called for each generated token (including a final eog token);
+  // returning false stops generation.
+  GenerateStats generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
+                         const std::function<bool(int32_t)>& on_token);
+
+  // Prefills the prompt and returns the logits of its last row (used by tests and bench).
+  void prefill(const std::vector<int32_t>& prompt, int chunk, std::vector<float>& last_logits);
+  // Feeds one token at the next position and returns its logits.
+  void decode(int32_t token, std::vector<float>& logits);
+  void reset();
+
+ private:
+  TargetModel& model_;
+  const Tokenizer* tok_;
+  std::unique_ptr<SequenceStore> state_;
+  int seq_ = -1;
+  Batch batch_;
+  ForwardOutput out_;
+};
+
+}  // namespace df

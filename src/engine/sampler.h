@@ -1,0 +1,56 @@
+// Token sampling: penalties, logit bias, then top-k -> top-p -> min-p -> temperature -> draw
+// (llama.cpp's default order), or greedy argmax when temperature <= 0. Seeded and reproducible.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace df {
+
+struct SamplingParams {
+  float temperature = 0.8f;   // <= 0: greedy
+  int top_k = 40;             // <= 0: off
+  float top_p = 0.95f;        // >= 1: off
+  float min_p = 0.05f;        // <= 0: off
+  float repeat_penalty = 1.0f;     // 1: off; divides positive logits (multiplies negative) of recent tokens
+  float presence_penalty = 0.0f;   // subtracted once per token seen in the window
+  float frequency_penalty = 0.0f;  // subtracted per occurrence in the window
+  int penalty_last_n = 64;         // window of recent tokens the penalties look at
+  std::map<int32_t, float> logit_bias;
+  uint64_t seed = 0xdf;
+};
+
+class Sampler {
+ public:
+  // n_sampleable: tokens with ids >= this are never drawn (padding rows of the vocabulary).
+  Sampler(const SamplingParams& p, int n_sampleable);
+
+  // Picks the next token from raw logits (n_vocab floats; not modified).
+  int32_t sample(std::span<const float> logits);
+  // Records a token that became part of the context (prompt or generated) for the penalties.
+  void accept(int32_t token);
+  const SamplingParams& params() const { return p_; }
+
+  // The probability distribution sample() draws from, over all ids (zeros outside the kept
+  // candidates). Used by tests and by speculative verification.
+  std::vector<float> distribution(std::span<const float> logits);
+
+ private:
+  void prepare(std::span<const float> logits);  // fills cand_ with penalised, filtered candidates
+
+  SamplingParams p_;
+  int n_sampleable_;
+  std::mt19937_64 rng_;
+  std::deque<int32_t> recent_;
+  struct Cand {
+    int32_t id;
+    float logit;
+  };
+  std::vector<Cand> cand_;
+  std::vector<float> probs_;
+};
+
+}  // namespace df

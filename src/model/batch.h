@@ -1,0 +1,33 @@
+// The one step API: every target forward is a Batch of rows. Rows of one sequence form a
+// contiguous segment with consecutive positions. Prefill chunk = n rows (logits for the last),
+// decode = 1 row, chain verify = 1 + B rows, tree verify = rows with parents (later).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace df {
+
+struct BatchRow {
+  int32_t seq = 0;
+  int32_t pos = 0;
+  int32_t token = 0;
+  int32_t parent = -1;  // -1: ordinary causal row
+  bool want_logits = false;
+};
+
+struct Batch {
+  std::vector<BatchRow> rows;
+  void clear() { rows.clear(); }
+  void add(int32_t seq, int32_t pos, int32_t token, bool want_logits) {
+    rows.push_back(BatchRow{seq, pos, token, -1, want_logits});
+  }
+};
+
+// Logits of the rows that asked for them, in row order: logits[i * n_vocab ...] belongs to
+// rows[logit_rows[i]].
+struct ForwardOutput {
+  std::vector<int> logit_rows;
+  std::vector<float> logits;
+};
+
+}  // namespace df

@@ -1,0 +1,227 @@
+// The forward pass, as a textbook: embed, then per layer
+//   h = x + Mixer(RMSNorm(x));  x = h + MLP(RMSNorm(h))
+// where Mixer is gated attention or Gated DeltaNet, then RMSNorm + LM head for the rows that
+// want logits. Matrix products run over all rows of the batch at once; attention and the
+// recurrent parts run per sequence segment.
+#include <cmath>
+
+#include "gguf/gguf.h"
+#include "model/target_model.h"
+#include "util/error.h"
+
+namespace df {
+
+namespace {
+// Segments at least this long use the chunked DeltaNet form (prefill); shorter ones the
+// recurrent form (decode, verify). Both give the same result to fp32 round-off.
+constexpr int kChunkedMinRows = 32;
+}  // namespace
+
+struct TargetModel::Scratch {
+  Backend& be;
+  std::vector<void*> bufs;
+  explicit Scratch(Backend& b) : be(b) {}
+  ~Scratch() {
+    for (void* p : bufs) be.release(p);
+  }
+  template <typename T>
+  T* make(size_t n) {
+    void* p = be.alloc(std::max<size_t>(n, 1) * sizeof(T));
+    bufs.push_back(p);
+    return static_cast<T*>(p);
+  }
+  float *x, *u, *tmp, *qg, *k, *v, *attn, *qkv, *conv, *z, *alpha, *beta, *gdn, *gate, *up, *lhid, *logits;
+  int32_t *tokens, *pos;
+  // Host copies of the current batch, and its segments.
+  std::vector<int32_t> h_tokens, h_pos;
+  struct Segment {
+    int seq, begin, n;
+  };
+  std::vector<Segment> segs;
+};
+
+TargetModel::TargetModel(const gguf::File& file, Backend& be, const ModelOptions& opt)
+    : hp_(HParams::from_gguf(file)), be_(be), opt_(opt) {
+  if (opt_.max_batch_rows < 1 || opt_.max_logit_rows < 1) fail("model options: batch sizes must be positive");
+  bind(file);
+  const size_t R = size_t(opt_.max_batch_rows), E = size_t(hp_.n_embd);
+  const size_t HD = size_t(hp_.n_head) * hp_.head_dim, KVD = size_t(hp_.n_head_kv) * hp_.head_dim;
+  const GdnShape g = gdn_shape();
+  s_ = std::make_unique<Scratch>(be_);
+  Scratch& s = *s_;
+  s.x = s.make<float>(R * E);
+  s.u = s.make<float>(R * E);
+  s.tmp = s.make<float>(R * E);
+  s.qg = s.make<float>(R * 2 * HD);
+  s.k = s.make<float>(R * KVD);
+  s.v = s.make<float>(R * KVD);
+  s.attn = s.make<float>(R * HD);
+  s.qkv = s.make<float>(R * size_t(g.conv_dim()));
+  s.conv = s.make<float>(R * size_t(g.conv_dim()));
+  s.z = s.make<float>(R * size_t(g.n_v) * g.d_v);
+  s.gdn = s.make<float>(R * size_t(g.n_v) * g.d_v);
+  s.alpha = s.make<float>(R * size_t(g.n_v));
+  s.beta = s.make<float>(R * size_t(g.n_v));
+  s.gate = s.make<float>(R * size_t(hp_.n_ff));
+  s.up = s.make<float>(R * size_t(hp_.n_ff));
+  s.lhid = s.make<float>(size_t(opt_.max_logit_rows) * E);
+  s.logits = s.make<float>(size_t(opt_.max_logit_rows) * size_t(hp_.n_vocab));
+  s.tokens = s.make<int32_t>(R);
+  s.pos = s.make<int32_t>(R);
+}
+
+TargetModel::~TargetModel() {
+  s_.reset();
+  for (void* p : owned_) be_.release(p);
+}
+
+GdnShape TargetModel::gdn_shape() const {
+  if (hp_.arch != Arch::Qwen35) return GdnShape{};
+  return GdnShape{hp_.ssm_n_group, hp_.ssm_dt_rank, hp_.ssm_d_state, hp_.d_v()};
+}
+
+std::unique_ptr<SequenceStore> TargetModel::make_state(int n_seqs, int ctx) const {
+  constexpr int kBlockTokens = 16;
+  std::unique_ptr<KvPool> kv;
+  std::unique_ptr<RecurrentPool> rec;
+  if (n_attn_ > 0) {
+    const int blocks_per_seq = (ctx + kBlockTokens - 1) / kBlockTokens;
+    kv = std::make_unique<KvPool>(be_, n_attn_, blocks_per_seq * n_seqs, kBlockTokens, hp_.n_head_kv, hp_.head_dim);
+  }
+  if (n_gdn_ > 0) rec = std::make_unique<RecurrentPool>(be_, n_gdn_, n_seqs, gdn_shape(), hp_.ssm_conv_kernel);
+  return std::make_unique<SequenceStore>(std::move(kv), std::move(rec), ctx);
+}
+
+void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& out) {
+  Scratch& s = *s_;
+  const int R = int(batch.rows.size());
+  if (R == 0) fail("empty batch");
+  if (R > opt_.max_batch_rows) fail("batch of {} rows exceeds the maximum of {}", R, opt_.max_batch_rows);
+
+  // Validate and split into segments before touching any state.
+  s.h_tokens.resize(size_t(R));
+  s.h_pos.resize(size_t(R));
+  s.segs.clear();
+  out.logit_rows.clear();
+  for (int r = 0; r < R; ++r) {
+    const BatchRow& row = batch.rows[size_t(r)];
+    if (row.token < 0 || row.token >= hp_.n_vocab)
+      fail("token id {} is outside the vocabulary (0..{})", row.token, hp_.n_vocab - 1);
+    if (row.parent != -1) fail("tree rows (parent != -1) are not supported yet");
+    s.h_tokens[size_t(r)] = row.token;
+    s.h_pos[size_t(r)] = row.pos;
+    if (row.want_logits) out.logit_rows.push_back(r);
+    if (s.segs.empty() || s.segs.back().seq != row.seq) {
+      for (const auto& sg : s.segs)
+        if (sg.seq == row.seq) fail("rows of sequence {} are not contiguous in the batch", row.seq);
+      s.segs.push_back({row.seq, r, 0});
+    } else if (row.pos != batch.rows[size_t(r) - 1].pos + 1) {
+      fail("positions of sequence {} are not consecutive in the batch", row.seq);
+    }
+    s.segs.back().n++;
+  }
+  for (const auto& sg : s.segs) {
+    Sequence& q = st.get(sg.seq);
+    const int p0 = batch.rows[size_t(sg.begin)].pos;
+    // Recurrent state cannot rewind (rollback goes through checkpoints), so a hybrid model
+    // only appends; attention-only models may overwrite uncommitted positions.
+    if (n_gdn_ > 0 ? p0 != q.n_past : (p0 < 0 || p0 > q.n_past))
+      fail("sequence {} is at position {} but the batch starts at {}", sg.seq, q.n_past, p0);
+    st.reserve(sg.seq, p0 + sg.n);
+  }
+
+  be_.upload(s.tokens, s.h_tokens.data(), size_t(R) * sizeof(int32_t));
+  be_.upload(s.pos, s.h_pos.data(), size_t(R) * sizeof(int32_t));
+  const size_t E = size_t(hp_.n_embd);
+  be_.embed(tok_embd_, s.tokens, R, s.x);
+  for (const LayerWeights& L : layers_) {
+    be_.rms_norm(s.x, E, L.attn_norm, R, int(E), hp_.rms_eps, s.u, E);
+    if (L.recurrent) {
+      deltanet_layer(L, batch, st);
+    } else {
+      attention_layer(L, batch, st);
+    }
+    be_.add(s.x, s.tmp, int64_t(R) * int64_t(E));
+    be_.rms_norm(s.x, E, L.post_norm, R, int(E), hp_.rms_eps, s.u, E);
+    ffn(L, R);
+    be_.add(s.x, s.tmp, int64_t(R) * int64_t(E));
+  }
+  for (const auto& sg : s.segs) st.get(sg.seq).n_past = batch.rows[size_t(sg.begin + sg.n - 1)].pos + 1;
+
+  // LM head over the rows that asked, max_logit_rows at a time.
+  const size_t V = size_t(hp_.n_vocab);
+  const int n_logits = int(out.logit_rows.size());
+  out.logits.resize(size_t(n_logits) * V);
+  for (int i0 = 0; i0 < n_logits; i0 += opt_.max_logit_rows) {
+    const int n = std::min(opt_.max_logit_rows, n_logits - i0);
+    for (int i = 0; i < n; ++i)
+      be_.rms_norm(s.x + size_t(out.logit_rows[size_t(i0 + i)]) * E, E, output_norm_, 1, int(E), hp_.rms_eps,
+                   s.lhid + size_t(i) * E, E);
+    be_.matmul(output_, s.lhid, n, s.logits);
+    be_.download(out.logits.data() + size_t(i0) * V, s.logits, size_t(n) * V * sizeof(float));
+  }
+}
+
+void TargetModel::attention_layer(const LayerWeights& L, const Batch& batch, SequenceStore& st) {
+  Scratch& s = *s_;
+  const int R = int(batch.rows.size());
+  const int H = hp_.n_head, Hkv = hp_.n_head_kv, D = hp_.head_dim;
+  const bool gated = hp_.arch == Arch::Qwen35;
+  const size_t q_head_stride = size_t(gated ? 2 : 1) * D;  // qwen35 interleaves [q_h | gate_h]
+  const size_t q_row_stride = q_head_stride * H;
+  be_.matmul(L.wq, s.u, R, s.qg);
+  be_.matmul(L.wk, s.u, R, s.k);
+  be_.matmul(L.wv, s.u, R, s.v);
+  be_.rms_norm(s.qg, q_head_stride, L.q_norm, R * H, D, hp_.rms_eps, s.qg, q_head_stride);
+  be_.rms_norm(s.k, size_t(D), L.k_norm, R * Hkv, D, hp_.rms_eps, s.k, size_t(D));
+  be_.rope_neox(s.qg, q_row_stride, q_head_stride, R, H, s.pos, hp_.n_rot, hp_.rope_theta);
+  be_.rope_neox(s.k, size_t(Hkv) * D, size_t(D), R, Hkv, s.pos, hp_.n_rot, hp_.rope_theta);
+  const KvLayerView kv = st.kv()->layer(L.attn_index);
+  const size_t kvd = size_t(Hkv) * D, hd = size_t(H) * D;
+  for (const auto& sg : s.segs) {
+    const Sequence& q = st.get(sg.seq);
+    const SeqKv seq{q.block_table.data(), int(q.block_table.size())};
+    be_.kv_store(kv, seq, s.k + sg.begin * kvd, s.v + sg.begin * kvd, s.pos + sg.begin, sg.n);
+    be_.attention(s.qg + sg.begin * q_row_stride, q_row_stride, q_head_stride, sg.n, s.pos + sg.begin, H, kv, seq,
+                  1.0f / std::sqrt(float(D)), s.attn + sg.begin * hd);
+  }
+  if (gated) be_.mul_sigmoid(s.attn, size_t(D), s.qg + D, q_head_stride, R * H, D);
+  be_.matmul(L.wo, s.attn, R, s.tmp);
+}
+
+void TargetModel::deltanet_layer(const LayerWeights& L, const Batch& batch, SequenceStore& st) {
+  Scratch& s = *s_;
+  const int R = int(batch.rows.size());
+  const GdnShape g = gdn_shape();
+  const size_t CD = size_t(g.conv_dim()), VD = size_t(g.n_v) * g.d_v;
+  be_.matmul(L.wqkv, s.u, R, s.qkv);
+  be_.matmul(L.wz, s.u, R, s.z);
+  be_.matmul(L.wbeta, s.u, R, s.beta);
+  be_.matmul(L.walpha, s.u, R, s.alpha);
+  RecurrentPool& rec = *st.recurrent();
+  for (const auto& sg : s.segs) {
+    const int slot = st.get(sg.seq).recurrent_slot;
+    be_.conv1d_silu(s.qkv + sg.begin * CD, CD, sg.n, int(CD), L.conv_w, hp_.ssm_conv_kernel,
+                    rec.conv(slot, L.gdn_index), s.conv + sg.begin * CD, CD);
+  }
+  be_.l2_norm_heads(s.conv, CD, R, g.n_k, g.d_k, hp_.rms_eps, 1.0f / std::sqrt(float(g.d_k)));
+  be_.l2_norm_heads(s.conv + size_t(g.n_k) * g.d_k, CD, R, g.n_k, g.d_k, hp_.rms_eps, 1.0f);
+  be_.gdn_gates(s.beta, s.alpha, L.ssm_a, L.dt_bias, R, g.n_v);
+  for (const auto& sg : s.segs) {
+    const int slot = st.get(sg.seq).recurrent_slot;
+    be_.gdn_delta_rule(g, s.conv + sg.begin * CD, CD, s.alpha + sg.begin * g.n_v, s.beta + sg.begin * g.n_v, sg.n,
+                       rec.state(slot, L.gdn_index), s.gdn + sg.begin * VD, sg.n >= kChunkedMinRows);
+  }
+  be_.gated_rms_norm(s.gdn, s.z, L.ssm_norm, R, g.n_v, g.d_v, hp_.rms_eps);
+  be_.matmul(L.ssm_out, s.gdn, R, s.tmp);
+}
+
+void TargetModel::ffn(const LayerWeights& L, int rows) {
+  Scratch& s = *s_;
+  be_.matmul(L.ffn_gate, s.u, rows, s.gate);
+  be_.matmul(L.ffn_up, s.u, rows, s.up);
+  be_.swiglu(s.gate, s.up, int64_t(rows) * hp_.n_ff, s.gate);
+  be_.matmul(L.ffn_down, s.gate, rows, s.tmp);
+}
+
+}  // namespace df

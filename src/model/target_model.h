@@ -1,0 +1,81 @@
+// The target model (qwen35 hybrid, or qwen3 dense as the case without DeltaNet layers):
+// weights bound from a GGUF file and a forward pass over Batches, written as plain code over
+// the Backend op set.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/batch.h"
+#include "model/hparams.h"
+#include "state/sequences.h"
+
+namespace df::gguf {
+class File;
+}
+
+namespace df {
+
+struct LayerWeights {
+  bool recurrent = false;
+  const float* attn_norm = nullptr;
+  const float* post_norm = nullptr;  // post_attention_norm (qwen35) or ffn_norm (qwen3)
+  Weight ffn_gate, ffn_up, ffn_down;
+  // attention layers
+  Weight wq, wk, wv, wo;  // wq is [q_h | gate_h] per head for qwen35
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  // Gated DeltaNet layers
+  Weight wqkv, wz, wbeta, walpha, ssm_out;
+  const float* conv_w = nullptr;   // [conv_dim][K]
+  const float* ssm_a = nullptr;    // -exp(A_log) per value head
+  const float* dt_bias = nullptr;
+  const float* ssm_norm = nullptr;
+  int attn_index = -1;  // index among attention layers (KV pool layer)
+  int gdn_index = -1;   // index among recurrent layers
+};
+
+struct ModelOptions {
+  int max_batch_rows = 512;  // largest Batch a forward accepts (prefill chunk size)
+  int max_logit_rows = 64;   // most rows that can ask for logits in one Batch
+};
+
+class TargetModel {
+ public:
+  // Binds weights (validated against hparams: presence, types, shapes) for the given backend.
+  TargetModel(const gguf::File& file, Backend& be, const ModelOptions& opt);
+  ~TargetModel();
+
+  const HParams& hparams() const { return hp_; }
+  Backend& backend() { return be_; }
+  GdnShape gdn_shape() const;
+  int n_attention_layers() const { return n_attn_; }
+  int n_recurrent_layers() const { return n_gdn_; }
+  const ModelOptions& options() const { return opt_; }
+
+  // State pools sized for n_seqs sequences of up to ctx tokens each.
+  std::unique_ptr<SequenceStore> make_state(int n_seqs, int ctx) const;
+
+  // Runs the batch, advancing each sequence's state. Throws df::Error on invalid batches.
+  void forward(const Batch& batch, SequenceStore& state, ForwardOutput& out);
+
+ private:
+  struct Scratch;
+  void bind(const gguf::File& f);
+  void attention_layer(const LayerWeights& L, const Batch& b, SequenceStore& st);
+  void deltanet_layer(const LayerWeights& L, const Batch& b, SequenceStore& st);
+  void ffn(const LayerWeights& L, int rows);
+
+  HParams hp_;
+  Backend& be_;
+  ModelOptions opt_;
+  Weight tok_embd_, output_;
+  const float* output_norm_ = nullptr;
+  std::vector<LayerWeights> layers_;
+  int n_attn_ = 0, n_gdn_ = 0;
+  std::vector<void*> owned_;  // backend buffers owned by the model (converted small tensors)
+  std::unique_ptr<Scratch> s_;
+};
+
+}  // namespace df

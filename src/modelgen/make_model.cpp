@@ -1,0 +1,165 @@
+// make-model: resolves shape, vocabulary and per-tensor types, then streams random tensors
+// through the GGUF writer.
+#include "modelgen/make_model.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "gguf/gguf.h"
+#include "modelgen/random_fill.h"
+#include "modelgen/shapes.h"
+#include "modelgen/tensor_plan.h"
+#include "modelgen/toy_vocab.h"
+#include "modelgen/type_mix.h"
+#include "tokenizer/hf_tokenizer_json.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace df {
+
+namespace {
+
+namespace fs = std::filesystem;
+using gguf::Value;
+using gguf::ValueType;
+using modelgen::PlannedTensor;
+
+// The tokenizer.* keys to write, in file order.
+using TokenizerKeys = std::vector<std::pair<std::string, Value>>;
+
+TokenizerKeys keys_of(const Vocab& v) {
+  TokenizerKeys kv;
+  kv.emplace_back("tokenizer.ggml.model", Value::of_string(v.model));
+  kv.emplace_back("tokenizer.ggml.pre", Value::of_string(v.pre));
+  kv.emplace_back("tokenizer.ggml.tokens", Value::of_string_array(v.tokens));
+  kv.emplace_back("tokenizer.ggml.token_type",
+                  Value::of_int_array(ValueType::I32, std::vector<int64_t>(v.token_types.begin(), v.token_types.end())));
+  kv.emplace_back("tokenizer.ggml.merges", Value::of_string_array(v.merges));
+  auto id = [&](const char* key, int32_t value) {
+    if (value >= 0) kv.emplace_back(key, Value::of_u32(uint32_t(value)));
+  };
+  id("tokenizer.ggml.eos_token_id", v.eos_id);
+  id("tokenizer.ggml.padding_token_id", v.pad_id);
+  id("tokenizer.ggml.bos_token_id", v.bos_id);
+  id("tokenizer.ggml.eot_token_id", v.eot_id);
+  kv.emplace_back("tokenizer.ggml.add_bos_token", Value::of_bool(v.add_bos));
+  if (!v.chat_template.empty()) kv.emplace_back("tokenizer.chat_template", Value::of_string(v.chat_template));
+  return kv;
+}
+
+// Every tokenizer.* key of another GGUF file, verbatim.
+TokenizerKeys keys_from_gguf(const std::string& path) {
+  const std::unique_ptr<gguf::File> f = gguf::File::open(path);
+  TokenizerKeys kv;
+  for (const auto& [key, value] : f->metadata())
+    if (key.rfind("tokenizer.", 0) == 0) kv.emplace_back(key, value);
+  const Value* tokens = f->find("tokenizer.ggml.tokens");
+  if (!tokens || !tokens->is_array() || tokens->elem_type != ValueType::STRING)
+    fail("--vocab {}: no tokenizer.ggml.tokens string array to copy", path);
+  return kv;
+}
+
+Value* find_key(TokenizerKeys& kv, std::string_view key) {
+  for (auto& [k, v] : kv)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+int64_t token_count(TokenizerKeys& kv) { return int64_t(find_key(kv, "tokenizer.ggml.tokens")->strings.size()); }
+
+// Pads the token list to n_vocab with "[PAD<i>]" tokens of type UNUSED, as the converter does
+// for embedding rows past the tokenizer's last id.
+void pad_tokens(TokenizerKeys& kv, int64_t n_vocab) {
+  Value* tokens = find_key(kv, "tokenizer.ggml.tokens");
+  Value* types = find_key(kv, "tokenizer.ggml.token_type");
+  for (int64_t i = int64_t(tokens->strings.size()); i < n_vocab; ++i) {
+    tokens->strings.push_back(fmt::format("[PAD{}]", i));
+    if (types) types->ints.push_back(int64_t(TokenType::Unused));
+  }
+}
+
+TokenizerKeys load_vocab(const std::string& source, Arch arch, int64_t min_vocab) {
+  if (source == "toy") return keys_of(modelgen::make_toy_vocab(arch));
+  const fs::path p(source);
+  std::error_code ec;
+  if (fs::is_directory(p, ec) || p.filename() == "tokenizer.json") {
+    const fs::path dir = fs::is_directory(p, ec) ? p : p.parent_path();
+    const fs::path json = dir / "tokenizer.json", config = dir / "tokenizer_config.json";
+    if (!fs::is_regular_file(json, ec)) fail("--vocab {}: no tokenizer.json there", source);
+    const std::string pre = arch == Arch::Qwen35 ? "qwen35" : "qwen2";
+    return keys_of(vocab_from_hf_tokenizer(json.string(), fs::is_regular_file(config, ec) ? config.string() : "",
+                                           pre, size_t(std::max<int64_t>(min_vocab, 0))));
+  }
+  if (fs::is_regular_file(p, ec)) return keys_from_gguf(source);
+  fail("--vocab {}: not 'toy', a .gguf file, or a directory with tokenizer.json", source);
+}
+
+struct Resolved {
+  modelgen::ModelShape shape;
+  modelgen::TypeSpec type;
+  TokenizerKeys vocab;
+  std::vector<PlannedTensor> tensors;
+};
+
+void default_log(const std::string& msg) { std::fprintf(stderr, "make-model: %s\n", msg.c_str()); }
+
+Resolved resolve(const MakeModelOptions& opt) {
+  const auto log = opt.log ? opt.log : default_log;
+  Resolved r;
+  const Arch arch = modelgen::parse_arch(opt.arch);
+  r.shape = modelgen::named_shape(arch, opt.shape);
+  modelgen::apply_overrides(r.shape, opt.overrides);
+  r.type = modelgen::parse_type_spec(opt.type);
+  HParams& hp = r.shape.hp;
+  if (arch == Arch::Qwen35 && hp.ssm_d_state != hp.d_v())
+    log(fmt::format("state size {} differs from the value head size {}; llama.cpp requires them equal",
+                    hp.ssm_d_state, hp.d_v()));
+
+  r.vocab = load_vocab(opt.vocab, arch, hp.n_vocab);
+  const int64_t n_tokens = token_count(r.vocab);
+  if (hp.n_vocab == 0) hp.n_vocab = int(n_tokens);
+  if (hp.n_vocab < n_tokens)
+    fail("vocabulary size {} is smaller than the {} tokens of --vocab {}", hp.n_vocab, n_tokens, opt.vocab);
+  pad_tokens(r.vocab, hp.n_vocab);
+
+  r.tensors = modelgen::plan_tensors(hp, r.shape.tied, hp.n_vocab);
+  modelgen::assign_types(r.tensors, r.type, hp, log);
+  return r;
+}
+
+void set_metadata(gguf::Writer& w, const MakeModelOptions& opt, const Resolved& r) {
+  const HParams& hp = r.shape.hp;
+  w.set("general.architecture", Value::of_string(arch_name(hp.arch)));
+  w.set("general.type", Value::of_string("model"));
+  w.set("general.name", Value::of_string(fmt::format("{} {} (random weights, seed {})", arch_name(hp.arch),
+                                                     opt.shape, opt.seed)));
+  hp.to_gguf(w);
+  for (const auto& [key, value] : r.vocab) w.set(key, value);
+  w.set("general.quantization_version", Value::of_u32(2));
+  w.set("general.file_type", Value::of_u32(modelgen::file_type_of(r.type)));
+}
+
+}  // namespace
+
+ModelPlan plan_model(const MakeModelOptions& opt) {
+  const Resolved r = resolve(opt);
+  ModelPlan plan;
+  plan.hparams = r.shape.hp;
+  plan.tied = r.shape.tied;
+  plan.n_vocab = r.shape.hp.n_vocab;
+  for (const PlannedTensor& t : r.tensors) plan.tensors.push_back({t.name, t.type, t.ne});
+  return plan;
+}
+
+void make_model(const MakeModelOptions& opt) {
+  if (opt.output.empty()) fail("make-model: no output path (-o OUT.gguf)");
+  const Resolved r = resolve(opt);
+  gguf::Writer w;
+  set_metadata(w, opt, r);
+  ThreadPool pool(opt.threads);
+  for (const PlannedTensor& t : r.tensors)
+    w.add_tensor(t.name, t.type, t.ne, [&t, &opt, &pool](uint8_t* dst) { modelgen::fill_tensor(t, opt.seed, dst, pool); });
+  w.write(opt.output, 32, opt.progress);
+}
+
+}  // namespace df

@@ -1,0 +1,34 @@
+#include "state/recurrent_pool.h"
+
+namespace df {
+
+RecurrentPool::RecurrentPool(Backend& be, int n_layers, int n_slots, const GdnShape& shape, int conv_kernel)
+    : be_(be), n_layers_(n_layers), n_slots_(n_slots) {
+  state_floats_ = shape.state_floats();
+  conv_floats_ = size_t(conv_kernel - 1) * shape.conv_dim();
+  layer_floats_ = state_floats_ + conv_floats_;
+  slot_floats_ = layer_floats_ * size_t(n_layers);
+  total_floats_ = slot_floats_ * size_t(n_slots);
+  base_ = static_cast<float*>(be_.alloc(std::max<size_t>(total_floats_, 1) * sizeof(float)));
+  for (int s = n_slots - 1; s >= 0; --s) free_.push_back(s);
+}
+
+RecurrentPool::~RecurrentPool() { be_.release(base_); }
+
+int RecurrentPool::alloc_slot() {
+  if (free_.empty()) return -1;
+  const int s = free_.back();
+  free_.pop_back();
+  clear_slot(s);
+  return s;
+}
+
+void RecurrentPool::free_slot(int slot) { free_.push_back(slot); }
+
+void RecurrentPool::clear_slot(int slot) {
+  if (slot_floats_ == 0) return;
+  if (zeros_.size() < slot_floats_) zeros_.assign(slot_floats_, 0.0f);
+  be_.upload(base_ + slot_offset(slot), zeros_.data(), slot_floats_ * sizeof(float));
+}
+
+}  // namespace df
