@@ -382,9 +382,15 @@ std::vector<float> make_activations(int rows, int64_t n_in, uint64_t seed) {
 // assumed as in llama.cpp; an implementation using a finer format only makes errors smaller, one
 // using Q8_K (256) where Q8_0 (32) is modelled makes them ~1.3x larger, still inside 7 sigma.
 // Additionally, for 8-bit activations, the RMS of err/sigma over all outputs must be <= 2 (it is ~1
-// when the activations are rounded to nearest; truncation or a wrong scale shows up here).
+// when the activations are rounded to nearest; truncation shows up here). And for every type, a
+// systematic gain error (e.g. quantizing with amax/128 but scaling back with amax/127: 0.8%) hides
+// inside 7 sigma per output, so we fit y - ref = gain * ref over the full 33 x 257 products: rounding
+// errors are unbiased and independent of ref, so gain ~ N(0, se) with se = sqrt(Var(sum_i err_i
+// ref_i)) / sum_i ref_i^2 (variance computed exactly from the per-element rounding variances), and
+// we require |gain| <= 6 se + 4u.
 struct MatmulRef {
   std::vector<double> y, tol, sigma;  // rows × n_out
+  double gain_var = 0;                // variance of sum_i err_i y_i over the whole product (see above)
 };
 
 MatmulRef matmul_reference(const HostWeight& hw, const std::vector<float>& x, int rows) {
@@ -428,6 +434,26 @@ MatmulRef matmul_reference(const HostWeight& hw, const std::vector<float>& x, in
       const size_t i = size_t(r * n_out + o);
       ref.sigma[i] = std::sqrt(v);
       ref.tol[i] = 7 * ref.sigma[i] + red_tol(n_in) * abs_sum;
+    }
+    // sum_o err_ro y_ro = sum_k e_rk c_rk with c_rk = sum_o W_ok y_ro: the outputs of one row share
+    // the activation rounding errors e_rk, so the variance is sum_k var_rk c_rk^2 (plus the per-block
+    // scale terms), not sum_o sigma_ro^2 y_ro^2.
+    std::vector<double> c(static_cast<size_t>(n_in), 0.0), cm(static_cast<size_t>(n_in / 32 + 1), 0.0);
+    for (int64_t o = 0; o < n_out; ++o) {
+      const double yo = ref.y[size_t(r * n_out + o)];
+      for (int64_t k = 0; k < n_in; ++k) c[size_t(k)] += hw.W[size_t(o * n_in + k)] * yo;
+      if (!hw.m_blk.empty())
+        for (int64_t b = 0; b < n_in / 32; ++b) cm[size_t(b)] += hw.m_blk[size_t(o * (n_in / 32) + b)] * yo;
+    }
+    double blk = 0;
+    for (int64_t k = 0; k < n_in; ++k) {
+      ref.gain_var += var[size_t(k)] * c[size_t(k)] * c[size_t(k)];
+      blk += double(xr[k]) * c[size_t(k)];
+      if ((k + 1) % 32 == 0 && (ti.act == Act::Q8_0 || ti.act == Act::Q8_1)) {
+        ref.gain_var += std::pow(0x1p-11 * blk, 2) / 3;
+        if (ti.act == Act::Q8_1) ref.gain_var += std::pow(0x1p-11 * xsum_blk[size_t(k / 32)] * cm[size_t(k / 32)], 2) / 3;
+        blk = 0;
+      }
     }
   }
   return ref;
@@ -476,13 +502,15 @@ void CpuMatmul::run(WeightGen gen, uint64_t seed, const std::vector<int>& kRows,
   const bool eight_bit = ti().act != Act::F32 && ti().act != Act::F16 && ti().act != Act::BF16;
   Cmp cmp(std::string("matmul ") + ti().name);
   Cmp guard(std::string("matmul ") + ti().name + " guard");
-  double z2 = 0;
+  double z2 = 0, g_num = 0, g_den = 0, g_var = 0;  // g_var: summed over the three n_in
   int64_t nz = 0;
   for (int64_t n_in : kIn) {
     const MatmulFixture& fx = matmul_fixture(ti(), gen, n_in, seed);
     const HostWeight& hw = fx.hw;
     const std::vector<float>& x = fx.x;
     const MatmulRef& ref = fx.ref;
+    if (std::find(kRows.begin(), kRows.end(), 33) != kRows.end() && std::find(kOut.begin(), kOut.end(), 257) != kOut.end())
+      g_var += ref.gain_var;
     EXPECT_EQ(row_size(ti().t, n_in), hw.row_bytes) << "row_size disagrees with the block table";
     const void* wdata = be.weight_data(hw.bytes.data(), hw.bytes.size());
     Dev<float> dx(be, x);
@@ -510,6 +538,10 @@ void CpuMatmul::run(WeightGen gen, uint64_t seed, const std::vector<int>& kRows,
               z2 += std::pow((got - ref.y[ri]) / ref.sigma[ri], 2);
               ++nz;
             }
+            if (rows == 33 && n_out == 257 && std::isfinite(got)) {  // each product once
+              g_num += (got - ref.y[ri]) * ref.y[ri];
+              g_den += ref.y[ri] * ref.y[ri];
+            }
           }
         check_untouched(guard, y0, y, [&](size_t i) { return i < size_t(rows * n_out); }, "y");
       }
@@ -520,6 +552,11 @@ void CpuMatmul::run(WeightGen gen, uint64_t seed, const std::vector<int>& kRows,
     const double rms = std::sqrt(z2 / double(nz));
     if (verbose()) std::cout << "  [stat] matmul " << ti().name << ": RMS(err/sigma) = " << rms << "\n";
     EXPECT_LE(rms, 2.0) << "activation rounding error is larger than round-to-nearest 8-bit quantization gives";
+  }
+  if (g_den > 0) {
+    const double gain = g_num / g_den, se = std::sqrt(g_var) / g_den;
+    if (verbose()) std::cout << "  [stat] matmul " << ti().name << ": gain " << gain << " (limit " << 6 * se + 4 * kU << ")\n";
+    EXPECT_LE(std::fabs(gain), 6 * se + 4 * kU) << "systematic relative error (gain) of the products";
   }
 }
 
@@ -812,22 +849,47 @@ TEST_P(CpuOps, RopeNeox) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// kv_store + attention over a paged cache.
+// kv_store + attention over a paged cache, with f16 storage (the default: values rounded to
+// nearest-even f16, checked bit-for-bit) and f32 storage (exact copies).
 
 struct PagedCache {
+  GgmlType type = GgmlType::F16;
   int block_tokens = 16, n_head_kv = 0, head_dim = 0, n_phys = 0;
   std::vector<int32_t> table;      // logical block -> physical block (a shuffled, non-identity map)
-  std::vector<uint16_t> k0, v0;    // initial contents: finite garbage (+-1000..30000)
-  std::vector<double> kref, vref;  // logical [pos][kv head][dim], f16-rounded values written so far
+  std::vector<uint8_t> k0, v0;     // initial raw contents: finite garbage (+-1000..30000)
+  std::vector<double> kref, vref;  // logical [pos][kv head][dim], stored (rounded) values written so far
   std::vector<bool> written;       // per logical position
+  size_t esize() const { return type == GgmlType::F32 ? 4 : 2; }
   size_t tok() const { return size_t(n_head_kv) * head_dim; }
   size_t phys_index(int pos) const {
     return (size_t(table[size_t(pos / block_tokens)]) * block_tokens + size_t(pos % block_tokens)) * tok();
   }
+  // The raw bits an element holding value x must have, and the value it then represents.
+  uint32_t bits_of(float x) const { return type == GgmlType::F32 ? float_bits(x) : ref::f16_bits(x); }
+  double stored(float x) const { return type == GgmlType::F32 ? double(x) : ref::f16_value(ref::f16_bits(x)); }
+  uint32_t raw(const std::vector<uint8_t>& buf, size_t i) const {
+    if (type == GgmlType::F32) {
+      uint32_t b;
+      std::memcpy(&b, &buf[i * 4], 4);
+      return b;
+    }
+    uint16_t h;
+    std::memcpy(&h, &buf[i * 2], 2);
+    return h;
+  }
+  void set_raw(std::vector<uint8_t>& buf, size_t i, uint32_t b) const {
+    if (type == GgmlType::F32) {
+      std::memcpy(&buf[i * 4], &b, 4);
+    } else {
+      const auto h = uint16_t(b);
+      std::memcpy(&buf[i * 2], &h, 2);
+    }
+  }
 };
 
-PagedCache make_cache(int n_head_kv, int head_dim, int max_pos, Rng& rng) {
+PagedCache make_cache(GgmlType type, int n_head_kv, int head_dim, int max_pos, Rng& rng) {
   PagedCache c;
+  c.type = type;
   c.n_head_kv = n_head_kv;
   c.head_dim = head_dim;
   const int n_logical = (max_pos + c.block_tokens - 1) / c.block_tokens;
@@ -838,11 +900,11 @@ PagedCache make_cache(int n_head_kv, int head_dim, int max_pos, Rng& rng) {
   if (n_logical >= 1 && perm[0] == 0) std::swap(perm[0], perm[size_t(c.n_phys - 1)]);  // never the identity
   c.table.assign(perm.begin(), perm.begin() + n_logical);
   const size_t n = size_t(c.n_phys) * c.block_tokens * c.tok();
-  c.k0.resize(n);
-  c.v0.resize(n);
+  c.k0.resize(n * c.esize());
+  c.v0.resize(n * c.esize());
   for (size_t i = 0; i < n; ++i) {
-    c.k0[i] = ref::f16_bits((rng.integer(0, 1) ? 1 : -1) * rng.uniform(1000, 30000));
-    c.v0[i] = ref::f16_bits((rng.integer(0, 1) ? 1 : -1) * rng.uniform(1000, 30000));
+    c.set_raw(c.k0, i, c.bits_of(float((rng.integer(0, 1) ? 1 : -1) * rng.uniform(1000, 30000))));
+    c.set_raw(c.v0, i, c.bits_of(float((rng.integer(0, 1) ? 1 : -1) * rng.uniform(1000, 30000))));
   }
   c.kref.assign(size_t(n_logical * c.block_tokens) * c.tok(), 0.0);
   c.vref.assign(c.kref.size(), 0.0);
@@ -859,11 +921,12 @@ class AttentionHarness {
     view_.block_tokens = c.block_tokens;
     view_.n_head_kv = c.n_head_kv;
     view_.head_dim = c.head_dim;
+    view_.type = c.type;
     seq_.block_table = dtable_.p();
     seq_.n_blocks = int(c.table.size());
   }
 
-  // Stores rows of random K/V at the given positions (and records the f16-rounded values).
+  // Stores rows of random K/V at the given positions (and records the stored values).
   void store(const std::vector<int32_t>& pos, Rng& rng, double k_scale) {
     const int rows = int(pos.size());
     std::vector<float> k(rows * c_.tok()), v(rows * c_.tok());
@@ -882,30 +945,32 @@ class AttentionHarness {
     for (int r = 0; r < rows; ++r) {
       const size_t dst = size_t(pos[size_t(r)]) * c_.tok();
       for (size_t e = 0; e < c_.tok(); ++e) {
-        c_.kref[dst + e] = ref::f16_value(ref::f16_bits(k[r * c_.tok() + e]));
-        c_.vref[dst + e] = ref::f16_value(ref::f16_bits(v[r * c_.tok() + e]));
+        c_.kref[dst + e] = c_.stored(k[r * c_.tok() + e]);
+        c_.vref[dst + e] = c_.stored(v[r * c_.tok() + e]);
       }
       c_.written[size_t(pos[size_t(r)])] = true;
     }
   }
 
-  // The physical cache must hold exactly the f16 values at the mapped slots, garbage elsewhere.
+  // The physical cache must hold exactly the stored values at the mapped slots, garbage elsewhere.
   void check_cache(Cmp& cmp) {
     const auto k = dk_.get(), v = dv_.get();
-    std::vector<int> owner(k.size(), -1);  // logical position stored at each physical element
+    const size_t n = k.size() / c_.esize();
+    std::vector<int> owner(n, -1);  // logical position stored at each physical element
     for (size_t p = 0; p < c_.written.size(); ++p)
       if (c_.written[p])
         for (size_t e = 0; e < c_.tok(); ++e) owner[c_.phys_index(int(p)) + e] = int(p);
-    for (size_t i = 0; i < k.size(); ++i) {
+    for (size_t i = 0; i < n; ++i) {
       const int p = owner[i];
       for (int which = 0; which < 2; ++which) {
-        const uint16_t got = which ? v[i] : k[i];
-        uint16_t want;
+        const uint32_t got = c_.raw(which ? v : k, i);
+        uint32_t want;
         if (p < 0) {
-          want = which ? c_.v0[i] : c_.k0[i];
+          want = c_.raw(which ? c_.v0 : c_.k0, i);
         } else {
           const size_t e = i - c_.phys_index(p);
-          want = ref::f16_bits(which ? c_.vref[size_t(p) * c_.tok() + e] : c_.kref[size_t(p) * c_.tok() + e]);
+          // kref/vref hold exactly representable values, so converting back gives the stored bits.
+          want = c_.bits_of(float(which ? c_.vref[size_t(p) * c_.tok() + e] : c_.kref[size_t(p) * c_.tok() + e]));
         }
         if (got != want) {
           std::ostringstream os;
@@ -917,7 +982,6 @@ class AttentionHarness {
     }
   }
 
-  // Runs attention for query rows at `pos` and compares with the reference.
   // Tolerance per output element d, from first-order perturbation of the softmax: if the scores
   // s_j = scale q.k_j come out as s_j + e_j, the weights become p_j (1 + e_j - sum_l p_l e_l), so the
   // output moves by sum_j p_j e_j (v_jd - o_d). Each score is an fp32 dot product of length
@@ -982,7 +1046,7 @@ class AttentionHarness {
  private:
   Backend& be_;
   PagedCache& c_;
-  Dev<uint16_t> dk_, dv_;
+  Dev<uint8_t> dk_, dv_;
   Dev<int32_t> dtable_;
   KvLayerView view_;
   SeqKv seq_;
@@ -991,6 +1055,7 @@ class AttentionHarness {
 struct AttnCase {
   int head_dim, n_head, n_head_kv;
   std::vector<int> lengths;
+  GgmlType type = GgmlType::F16;
 };
 
 // For each length P: store positions 0..P-R-1 in calls of odd sizes (one call with its rows in
@@ -1001,9 +1066,10 @@ struct AttnCase {
 // Unwritten slots hold large finite garbage, so a mask or block-table error shows up as a big error.
 void run_attention_cases(Backend& be, const AttnCase& ac, uint64_t seed) {
   for (int P : ac.lengths) {
-    SCOPED_TRACE(at({{"head_dim", ac.head_dim}, {"n_head", ac.n_head}, {"n_head_kv", ac.n_head_kv}, {"P", P}}));
+    SCOPED_TRACE(at({{"head_dim", ac.head_dim}, {"n_head", ac.n_head}, {"n_head_kv", ac.n_head_kv}, {"P", P}}) +
+                 (ac.type == GgmlType::F32 ? " kv f32" : " kv f16"));
     Rng rng(seed + uint64_t(P));
-    PagedCache cache = make_cache(ac.n_head_kv, ac.head_dim, P, rng);
+    PagedCache cache = make_cache(ac.type, ac.n_head_kv, ac.head_dim, P, rng);
     AttentionHarness hz(be, cache);
     const int R = std::min(P, 5);
     const int sizes[] = {1, 7, 3, 16, 29, 2, 13};
@@ -1044,6 +1110,8 @@ TEST_P(CpuOps, AttentionHd256Gqa8x2) { run_attention_cases(be(), {256, 8, 2, {1,
 TEST_P(CpuOps, AttentionHd128Gqa16x8) { run_attention_cases(be(), {128, 16, 8, {1, 16, 17, 100}}, 400); }
 TEST_P(CpuOps, AttentionHd128Mha4x4) { run_attention_cases(be(), {128, 4, 4, {15, 515}}, 500); }
 TEST_P(CpuOps, AttentionHd256Mha4x4) { run_attention_cases(be(), {256, 4, 4, {17}}, 600); }
+TEST_P(CpuOps, AttentionF32KvHd256Gqa8x2) { run_attention_cases(be(), {256, 8, 2, {1, 17, 100}, GgmlType::F32}, 700); }
+TEST_P(CpuOps, AttentionF32KvHd128Gqa16x8) { run_attention_cases(be(), {128, 16, 8, {16, 515}, GgmlType::F32}, 800); }
 
 // ---------------------------------------------------------------------------------------------
 // conv1d_silu. y_c(t) = silu(sum_j w_c[j] x_c(t-K+1+j)) with the state as left context.

@@ -28,12 +28,14 @@ struct GdnShape {
   size_t state_floats() const { return size_t(n_v) * d_k * d_v; }  // S[h][i (key)][j (value)]
 };
 
-// One attention layer's paged KV storage: K and V as f16, [block][slot in block][kv head][dim].
+// One attention layer's paged KV storage: K and V, [block][slot in block][kv head][dim], as
+// f16 (default) or f32 (exact; used for tight parity checks).
 struct KvLayerView {
-  uint16_t* k = nullptr;
-  uint16_t* v = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
   int block_tokens = 0;
   int n_head_kv = 0, head_dim = 0;
+  GgmlType type = GgmlType::F16;
   size_t token_stride() const { return size_t(n_head_kv) * head_dim; }  // elements per token
 };
 

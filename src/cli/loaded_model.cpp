@@ -33,12 +33,20 @@ LoadedModel load_tokenizer(const std::string& path) {
   return m;
 }
 
-LoadedModel load_model(const std::string& path, int threads, int max_batch_rows, bool show_progress) {
+LoadedModel load_model(const std::string& path, int threads, int max_batch_rows, bool show_progress,
+                       const std::string& kv_type) {
   LoadedModel m = load_tokenizer(path);
   page_in(*m.file, show_progress);
   m.backend = make_cpu_backend(threads);
   ModelOptions opt;
   opt.max_batch_rows = max_batch_rows;
+  if (kv_type == "f16") {
+    opt.kv_type = GgmlType::F16;
+  } else if (kv_type == "f32") {
+    opt.kv_type = GgmlType::F32;
+  } else {
+    fail("--kv-type must be f16 or f32, not '{}'", kv_type);
+  }
   m.model = std::make_unique<TargetModel>(*m.file, *m.backend, opt);
   return m;
 }

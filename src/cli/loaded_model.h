@@ -19,7 +19,9 @@ struct LoadedModel {
 };
 
 // threads: 0 = all cores. max_batch_rows bounds the prefill chunk.
-LoadedModel load_model(const std::string& path, int threads, int max_batch_rows, bool show_progress);
+// kv_type: "f16" (default) or "f32".
+LoadedModel load_model(const std::string& path, int threads, int max_batch_rows, bool show_progress,
+                       const std::string& kv_type = "f16");
 // Only the file and tokenizer (tokenize/inspect need no weights).
 LoadedModel load_tokenizer(const std::string& path);
 

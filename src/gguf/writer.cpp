@@ -186,7 +186,7 @@ size_t checked_nbytes(const std::string& file, const std::string& name, GgmlType
 // The temporary output file; removed unless commit() renamed it into place.
 class TempFile {
  public:
-  TempFile(std::string final_path)
+  explicit TempFile(std::string final_path)
       : final_(std::move(final_path)), tmp_(final_ + ".tmp") {
     f_ = std::fopen(tmp_.c_str(), "wb");
     if (!f_) fail("{}: cannot create: {}", tmp_, std::strerror(errno));

@@ -86,7 +86,8 @@ std::unique_ptr<SequenceStore> TargetModel::make_state(int n_seqs, int ctx) cons
   std::unique_ptr<RecurrentPool> rec;
   if (n_attn_ > 0) {
     const int blocks_per_seq = (ctx + kBlockTokens - 1) / kBlockTokens;
-    kv = std::make_unique<KvPool>(be_, n_attn_, blocks_per_seq * n_seqs, kBlockTokens, hp_.n_head_kv, hp_.head_dim);
+    kv = std::make_unique<KvPool>(be_, n_attn_, blocks_per_seq * n_seqs, kBlockTokens, hp_.n_head_kv, hp_.head_dim,
+                                  opt_.kv_type);
   }
   if (n_gdn_ > 0) rec = std::make_unique<RecurrentPool>(be_, n_gdn_, n_seqs, gdn_shape(), hp_.ssm_conv_kernel);
   return std::make_unique<SequenceStore>(std::move(kv), std::move(rec), ctx);

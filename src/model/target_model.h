@@ -38,7 +38,8 @@ struct LayerWeights {
 
 struct ModelOptions {
   int max_batch_rows = 512;  // largest Batch a forward accepts (prefill chunk size)
-  int max_logit_rows = 64;   // most rows that can ask for logits in one Batch
+  int max_logit_rows = 32;   // rows of logits computed per LM-head product (scratch size, not a limit)
+  GgmlType kv_type = GgmlType::F16;  // KV cache storage: F16 (default) or F32
 };
 
 class TargetModel {

@@ -1,9 +1,19 @@
-// Small x86 SIMD helpers shared by the dot kernels (internal to src/quant). Everything here
-// is 256-bit: with AVX-512VL the compiler gets 32 ymm registers for the register tiles, and
-// VNNI (AVX512-VNNI or AVX-VNNI) fuses the int8 multiply-adds when the build has it.
+// Small x86 SIMD helpers shared by the dot kernels (internal to src/quant). The base kernels
+// are 256-bit: with AVX-512VL the compiler gets 32 ymm registers for the register tiles, and
+// VNNI (AVX512-VNNI or AVX-VNNI) fuses the int8 multiply-adds when the build has it. With
+// AVX-512 BW + VNNI the wide (prefill) tiles use 512-bit twins of the same arithmetic.
+//
+// Batch invariance: for one (weight row, activation row) pair every kernel variant, narrow or
+// wide, 256- or 512-bit, performs the same float operations in the same order (integer parts
+// are exact), so a row's result never depends on how many rows were multiplied with it.
 #pragma once
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define DF_QUANT_AVX2 1
+// GCC 12's AVX-512 headers build some results from _mm512_undefined_*(), which its own
+// -Wuninitialized then reports at every inlined use; the warning is spurious. (Effective
+// because this header is the first to include immintrin.h in the kernel files.)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <cstdint>
@@ -64,6 +74,21 @@ inline __m256i nibbles_split(const uint8_t* q16) {
   const __m256i both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
   return _mm256_and_si256(both, _mm256_set1_epi8(15));
 }
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VNNI__)
+#define DF_QUANT_AVX512 1
+
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+
+// Two 256-bit halves -> one 512-bit vector [lo | hi].
+inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+inline __m512 join(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
+
+// Sum of the two 256-bit halves: the 8-lane partial sums the 256-bit kernels would hold.
+inline __m256i fold(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
+inline __m256 fold(__m512 v) { return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); }
+#endif
 
 }  // namespace df::quant::simd
 

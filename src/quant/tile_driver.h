@@ -17,6 +17,7 @@ namespace df::quant {
 template <class K>
 struct TileDriver {
   static constexpr int kMaxRows = std::max(K::kRows, K::kNarrowRows);
+  static constexpr int kMaxCols = std::max(K::kCols, K::kNarrowCols);
   using Fn = void (*)(int64_t, const uint8_t*, size_t, const uint8_t*, size_t, float*, size_t);
 
   template <int R, int C>
@@ -27,13 +28,13 @@ struct TileDriver {
       return nullptr;
   }
   template <int R, std::size_t... Cs>
-  static constexpr void fill_row(Fn (&t)[kMaxRows][K::kCols], std::index_sequence<Cs...>) {
+  static constexpr void fill_row(Fn (&t)[kMaxRows][kMaxCols], std::index_sequence<Cs...>) {
     ((t[R - 1][Cs] = entry<R, int(Cs) + 1>()), ...);
   }
   template <std::size_t... Rs>
   static constexpr auto make_table(std::index_sequence<Rs...>) {
-    struct Table { Fn f[kMaxRows][K::kCols]; } t{};
-    (fill_row<int(Rs) + 1>(t.f, std::make_index_sequence<K::kCols>{}), ...);
+    struct Table { Fn f[kMaxRows][kMaxCols]; } t{};
+    (fill_row<int(Rs) + 1>(t.f, std::make_index_sequence<kMaxCols>{}), ...);
     return t;
   }
   static constexpr auto kTable = make_table(std::make_index_sequence<kMaxRows>{});

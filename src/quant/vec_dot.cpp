@@ -27,9 +27,9 @@ const TypeTraits& dot_traits(GgmlType wt) {
 }
 
 TileFn find_simd_tile(GgmlType wt) {
-  if (TileFn f = simd_tile_legacy(wt)) return f;
-  if (TileFn f = simd_tile_kquant(wt)) return f;
-  return simd_tile_float(wt);
+  for (auto find : {simd_tile_legacy, simd_tile_q4k_q5k, simd_tile_q6k, simd_tile_iq4xs, simd_tile_float})
+    if (TileFn f = find(wt)) return f;
+  return nullptr;
 }
 
 // Kernels per type id, resolved once (the lookup is on every call of the hot loop).

@@ -2,11 +2,6 @@
 // activation is converted to the weight's format, as llama.cpp does). Products accumulate
 // in f32. 512-bit with AVX-512 (masked loads for the tail), 256-bit with AVX2 (scalar tail).
 // BF16 uses vdpbf16ps where available: one instruction per 32 products.
-// GCC 12's AVX-512 headers build some results from _mm512_undefined_*(), which its own
-// -Wuninitialized then reports at every inlined use; the warning is spurious.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 #include "quant/vec_dot_kernels.h"
 
 #include "quant/simd_x86.h"
@@ -26,6 +21,7 @@ using VecF = __m512;
 constexpr int kLanes = 16;
 inline VecF vzero() { return _mm512_setzero_ps(); }
 inline VecF vfma(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
+inline VecF vadd(VecF a, VecF b) { return _mm512_add_ps(a, b); }
 // (_mm512_reduce_add_ps trips a false -Wuninitialized in GCC 12's headers.)
 inline float vsum(VecF v) {
   const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
@@ -55,6 +51,7 @@ using VecF = __m256;
 constexpr int kLanes = 8;
 inline VecF vzero() { return _mm256_setzero_ps(); }
 inline VecF vfma(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
+inline VecF vadd(VecF a, VecF b) { return _mm256_add_ps(a, b); }
 inline float vsum(VecF v) { return hsum(v); }
 
 struct F32 {
@@ -80,27 +77,44 @@ struct BF16 {
 template <class E>
 struct FloatKernel {
   using T = typename E::T;
-  static constexpr int kRows = 4, kCols = kManyRegs ? 4 : 2;
-  static constexpr int kNarrowRows = 4, kNarrowCols = 1;
+  // One weight row at a time for few activation rows: sequential weight streaming.
+  static constexpr int kRows = 2, kCols = 2;
+  static constexpr int kNarrowRows = 1, kNarrowCols = 4;
 
+  // Every pair keeps kParts sums over interleaved vectors of the row, so one row's FMAs do
+  // not wait on each other, added at the end: the same operations whatever the tile shape
+  // (batch invariance).
+  static constexpr int kParts = kManyRegs ? 4 : 2;
   template <int R, int C>
   static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, size_t ldo) {
+    constexpr int kSplit = kParts;
     const T* wr[R];
     const T* ar[C];
     for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const T*>(w + size_t(r) * ws);
     for (int c = 0; c < C; ++c) ar[c] = reinterpret_cast<const T*>(a + size_t(c) * as);
-    VecF acc[R][C];
-    for (auto& row : acc)
-      for (auto& v : row) v = vzero();
-    int64_t k = 0;
-    for (; k + kLanes <= n; k += kLanes) {
+    VecF part[kSplit][R][C];
+    for (auto& p : part)
+      for (auto& row : p)
+        for (auto& v : row) v = vzero();
+    auto step = [&](int64_t k, VecF(&acc)[R][C]) {
       VecF wv[R];
       for (int r = 0; r < R; ++r) wv[r] = E::load(wr[r] + k);
       for (int c = 0; c < C; ++c) {
         const VecF av = E::load(ar[c] + k);
         for (int r = 0; r < R; ++r) acc[r][c] = vfma(wv[r], av, acc[r][c]);
       }
-    }
+    };
+    int64_t k = 0;
+    for (; k + kSplit * kLanes <= n; k += kSplit * kLanes)
+      for (int s = 0; s < kSplit; ++s) step(k + s * kLanes, part[s]);
+    for (; k + kLanes <= n; k += kLanes) step(k, part[0]);
+    VecF(&acc)[R][C] = part[0];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) {
+        // (p0 + p1) + (p2 + p3): a fixed pairing.
+        if constexpr (kSplit == 4) acc[r][c] = vadd(vadd(acc[r][c], part[1][r][c]), vadd(part[2][r][c], part[3][r][c]));
+        else acc[r][c] = vadd(acc[r][c], part[1][r][c]);
+      }
 #if defined(DF_MASKED_TAIL)
     if (k < n) {
       for (int c = 0; c < C; ++c) {
@@ -124,39 +138,48 @@ struct FloatKernel {
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 // BF16 pairs multiplied and summed into f32 lanes by vdpbf16ps: 32 products per instruction.
 struct KernelBF16Dp {
-  static constexpr int kRows = 4, kCols = 4;
-  static constexpr int kNarrowRows = 4, kNarrowCols = 1;
+  static constexpr int kRows = 4, kCols = 2;
+  static constexpr int kNarrowRows = 1, kNarrowCols = 4;
   static __m512bh load(const uint16_t* p) { return __m512bh(_mm512_loadu_si512(p)); }
   static __m512bh load_tail(const uint16_t* p, int64_t left) {
-    const __mmask32 m = left >= 32 ? ~__mmask32(0) : __mmask32((1u << left) - 1);
-    return __m512bh(_mm512_maskz_loadu_epi16(m, p));
+    return __m512bh(_mm512_maskz_loadu_epi16(__mmask32((1u << left) - 1), p));
   }
+  // Two sums per pair (even / odd 32-element steps), as in FloatKernel.
   template <int R, int C>
   static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, size_t ldo) {
     const uint16_t* wr[R];
     const uint16_t* ar[C];
     for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const uint16_t*>(w + size_t(r) * ws);
     for (int c = 0; c < C; ++c) ar[c] = reinterpret_cast<const uint16_t*>(a + size_t(c) * as);
-    __m512 acc[R][C];
-    for (auto& row : acc)
-      for (auto& v : row) v = _mm512_setzero_ps();
-    int64_t k = 0;
-    for (; k + 32 <= n; k += 32) {
+    __m512 part[2][R][C];
+    for (auto& p : part)
+      for (auto& row : p)
+        for (auto& v : row) v = _mm512_setzero_ps();
+    auto step = [&](int64_t k, __m512(&acc)[R][C]) {
       __m512bh wv[R];
       for (int r = 0; r < R; ++r) wv[r] = load(wr[r] + k);
       for (int c = 0; c < C; ++c) {
         const __m512bh av = load(ar[c] + k);
         for (int r = 0; r < R; ++r) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], wv[r], av);
       }
+    };
+    int64_t k = 0;
+    for (; k + 64 <= n; k += 64) {
+      step(k, part[0]);
+      step(k + 32, part[1]);
+    }
+    if (k + 32 <= n) {
+      step(k, part[0]);
+      k += 32;
     }
     if (k < n) {
       for (int c = 0; c < C; ++c) {
         const __m512bh av = load_tail(ar[c] + k, n - k);
-        for (int r = 0; r < R; ++r) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], load_tail(wr[r] + k, n - k), av);
+        for (int r = 0; r < R; ++r) part[0][r][c] = _mm512_dpbf16_ps(part[0][r][c], load_tail(wr[r] + k, n - k), av);
       }
     }
     for (int c = 0; c < C; ++c)
-      for (int r = 0; r < R; ++r) out[size_t(c) * ldo + r] = vsum(acc[r][c]);
+      for (int r = 0; r < R; ++r) out[size_t(c) * ldo + r] = vsum(_mm512_add_ps(part[0][r][c], part[1][r][c]));
   }
 };
 #endif

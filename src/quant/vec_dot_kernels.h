@@ -19,7 +19,9 @@ DotFn scalar_dot(GgmlType wt);
 
 // SIMD tile kernels of this build, nullptr where none exists (then scalar_dot is used).
 TileFn simd_tile_legacy(GgmlType wt);   // vec_dot_legacy_simd.cpp: Q8_0, Q4_0, Q5_0, IQ4_NL
-TileFn simd_tile_kquant(GgmlType wt);   // vec_dot_kquants_simd.cpp: Q4_K, Q5_K, Q6_K, IQ4_XS
+TileFn simd_tile_q4k_q5k(GgmlType wt);  // vec_dot_q4k_q5k_simd.cpp
+TileFn simd_tile_q6k(GgmlType wt);      // vec_dot_q6k_simd.cpp
+TileFn simd_tile_iq4xs(GgmlType wt);    // vec_dot_iq4xs_simd.cpp
 TileFn simd_tile_float(GgmlType wt);    // vec_dot_float_simd.cpp: F32, F16, BF16
 
 }  // namespace df::quant

@@ -66,54 +66,136 @@ struct DecodeIQ4_NL {
   static __m256i unsigned_values(const Block& b) { return _mm256_shuffle_epi8(table(128), nibbles_split(b.qs)); }
 };
 
+// Float accumulation, the same for every tile shape and vector width: per (row, activation)
+// pair two 8-lane sums, one over the even blocks and one over the odd blocks,
+//   part += float(int dot lanes) * (d_w * d_a)     (one FMA per block)
+// and at the end hsum(even + odd). Two chains halve the FMA latency a single row waits on;
+// the 512-bit kernel holds [even | odd] in one register.
 template <class D>
-struct Legacy32 {
+struct Legacy32Ymm {
   using Block = typename D::Block;
-  static constexpr int kRows = 4, kCols = kManyRegs ? 4 : 2;
-  static constexpr int kNarrowRows = 4, kNarrowCols = 1;
+
+  // parts[r][c] = fma(dot(block b of row r, block b of activation c), d_w * d_a, parts[r][c]).
+  template <int R, int C>
+  static void block(int64_t b, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, __m256 (&part)[R][C]) {
+    __m256i wq[R];
+#if !defined(DF_QUANT_VNNI)
+    __m256i wsign[R];
+#endif
+    __m256 wd[R];
+    for (int r = 0; r < R; ++r) {
+      const Block& blk = reinterpret_cast<const Block*>(w + size_t(r) * ws)[b];
+#if defined(DF_QUANT_VNNI)
+      wq[r] = D::unsigned_values(blk);
+#else
+      wsign[r] = D::values(blk);
+      wq[r] = _mm256_sign_epi8(wsign[r], wsign[r]);  // |w|
+#endif
+      wd[r] = _mm256_set1_ps(f16(blk.d));
+    }
+    for (int c = 0; c < C; ++c) {
+      const BlockQ8_0& ab = reinterpret_cast<const BlockQ8_0*>(a + size_t(c) * as)[b];
+      const __m256i aq = load(ab.qs);
+      const __m256 ad = _mm256_set1_ps(f16(ab.d));
+#if defined(DF_QUANT_VNNI)
+      const __m256i start = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                             dpbusd(_mm256_setzero_si256(), _mm256_set1_epi8(char(D::kOffset)), aq));
+#endif
+      for (int r = 0; r < R; ++r) {
+#if defined(DF_QUANT_VNNI)
+        const __m256i dot = dpbusd(start, wq[r], aq);
+#else
+        const __m256i dot = dpbusd(_mm256_setzero_si256(), wq[r], _mm256_sign_epi8(aq, wsign[r]));
+#endif
+        part[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(wd[r], ad), part[r][c]);
+      }
+    }
+  }
 
   template <int R, int C>
   static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, size_t ldo) {
     const int64_t nb = n / kQK;
-    __m256 acc[R][C];
+    __m256 even[R][C], odd[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) even[r][c] = odd[r][c] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      block<R, C>(b, w, ws, a, as, even);
+      block<R, C>(b + 1, w, ws, a, as, odd);
+    }
+    if (b < nb) block<R, C>(b, w, ws, a, as, even);
+    for (int c = 0; c < C; ++c)
+      for (int r = 0; r < R; ++r) out[size_t(c) * ldo + r] = hsum(_mm256_add_ps(even[r][c], odd[r][c]));
+  }
+};
+
+#if defined(DF_QUANT_AVX512)
+// Two consecutive blocks per 512-bit register: lanes 0..7 block b (even), 8..15 block b+1.
+template <class D>
+struct Legacy32Zmm {
+  using Block = typename D::Block;
+
+  static __m512 pair_scale(uint16_t d0, uint16_t d1) { return join(_mm256_set1_ps(f16(d0)), _mm256_set1_ps(f16(d1))); }
+
+  template <int R, int C>
+  static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, size_t ldo) {
+    const int64_t nb = n / kQK;
+    __m512 acc[R][C];
     for (auto& row : acc)
-      for (auto& v : row) v = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      __m256i wq[R];
-#if !defined(DF_QUANT_VNNI)
-      __m256i wsign[R];
-#endif
-      __m256 wd[R];
+      for (auto& v : row) v = _mm512_setzero_ps();
+    const __m512i offset = _mm512_set1_epi8(char(D::kOffset));
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      __m512i wq[R];
+      __m512 wd[R];
       for (int r = 0; r < R; ++r) {
-        const Block& blk = reinterpret_cast<const Block*>(w + size_t(r) * ws)[b];
-#if defined(DF_QUANT_VNNI)
-        wq[r] = D::unsigned_values(blk);
-#else
-        wsign[r] = D::values(blk);
-        wq[r] = _mm256_sign_epi8(wsign[r], wsign[r]);  // |w|
-#endif
-        wd[r] = _mm256_set1_ps(f16(blk.d));
+        const Block* blk = reinterpret_cast<const Block*>(w + size_t(r) * ws) + b;
+        wq[r] = join(D::unsigned_values(blk[0]), D::unsigned_values(blk[1]));
+        wd[r] = pair_scale(blk[0].d, blk[1].d);
       }
       for (int c = 0; c < C; ++c) {
-        const BlockQ8_0& ab = reinterpret_cast<const BlockQ8_0*>(a + size_t(c) * as)[b];
-        const __m256i aq = load(ab.qs);
-        const __m256 ad = _mm256_set1_ps(f16(ab.d));
-#if defined(DF_QUANT_VNNI)
-        const __m256i offset_sum = dpbusd(_mm256_setzero_si256(), _mm256_set1_epi8(char(D::kOffset)), aq);
-        const __m256i start = _mm256_sub_epi32(_mm256_setzero_si256(), offset_sum);
-#endif
+        const BlockQ8_0* ab = reinterpret_cast<const BlockQ8_0*>(a + size_t(c) * as) + b;
+        const __m512i aq = join(load(ab[0].qs), load(ab[1].qs));
+        const __m512 ad = pair_scale(ab[0].d, ab[1].d);
+        const __m512i start =
+            _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, aq));
         for (int r = 0; r < R; ++r) {
-#if defined(DF_QUANT_VNNI)
-          const __m256i dot = dpbusd(start, wq[r], aq);
-#else
-          const __m256i dot = dpbusd(_mm256_setzero_si256(), wq[r], _mm256_sign_epi8(aq, wsign[r]));
-#endif
-          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(wd[r], ad), acc[r][c]);
+          const __m512i dot = _mm512_dpbusd_epi32(start, wq[r], aq);
+          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd[r], ad), acc[r][c]);
         }
       }
     }
+    __m256 even[R][C], odd[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) {
+        even[r][c] = _mm512_castps512_ps256(acc[r][c]);
+        odd[r][c] = _mm512_extractf32x8_ps(acc[r][c], 1);
+      }
+    if (b < nb) Legacy32Ymm<D>::template block<R, C>(b, w, ws, a, as, even);
     for (int c = 0; c < C; ++c)
-      for (int r = 0; r < R; ++r) out[size_t(c) * ldo + r] = hsum(acc[r][c]);
+      for (int r = 0; r < R; ++r) out[size_t(c) * ldo + r] = hsum(_mm256_add_ps(even[r][c], odd[r][c]));
+  }
+};
+#endif
+
+// Narrow tiles (few activation rows, decode) take one weight row at a time: consecutive rows
+// are contiguous, so the weights stream through memory in one sequential run, which the
+// hardware prefetchers follow best. Wide tiles (prefill) reuse each decoded weight block
+// for several activation rows.
+template <class D>
+struct Legacy32 {
+#if defined(DF_QUANT_AVX512)
+  static constexpr int kRows = 4, kCols = 4;
+#else
+  static constexpr int kRows = 2, kCols = kManyRegs ? 4 : 2;
+#endif
+  static constexpr int kNarrowRows = 1, kNarrowCols = 4;
+  template <int R, int C>
+  static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, size_t ldo) {
+#if defined(DF_QUANT_AVX512)
+    if constexpr (R > 1) return Legacy32Zmm<D>::template tile<R, C>(n, w, ws, a, as, out, ldo);
+#endif
+    Legacy32Ymm<D>::template tile<R, C>(n, w, ws, a, as, out, ldo);
   }
 };
 

@@ -4,13 +4,15 @@
 
 namespace df {
 
-KvPool::KvPool(Backend& be, int n_layers, int n_blocks, int block_tokens, int n_head_kv, int head_dim)
+KvPool::KvPool(Backend& be, int n_layers, int n_blocks, int block_tokens, int n_head_kv, int head_dim, GgmlType type)
     : be_(be), n_layers_(n_layers), n_blocks_(n_blocks), block_tokens_(block_tokens), n_head_kv_(n_head_kv),
-      head_dim_(head_dim) {
-  const size_t per_layer = size_t(n_blocks) * block_tokens * n_head_kv * head_dim * sizeof(uint16_t);
+      head_dim_(head_dim), type_(type) {
+  if (type != GgmlType::F16 && type != GgmlType::F32) fail("KV cache type {} is not supported (f16, f32)", type_name(type));
+  const size_t elem = type == GgmlType::F32 ? sizeof(float) : sizeof(uint16_t);
+  const size_t per_layer = size_t(n_blocks) * block_tokens * n_head_kv * head_dim * elem;
   for (int i = 0; i < n_layers; ++i) {
-    k_.push_back(static_cast<uint16_t*>(be_.alloc(per_layer)));
-    v_.push_back(static_cast<uint16_t*>(be_.alloc(per_layer)));
+    k_.push_back(be_.alloc(per_layer));
+    v_.push_back(be_.alloc(per_layer));
   }
   bytes_ = 2 * per_layer * size_t(n_layers);
   // Hand out low ids first (pop from the back).
@@ -23,7 +25,7 @@ KvPool::~KvPool() {
 }
 
 KvLayerView KvPool::layer(int i) const {
-  return KvLayerView{k_[size_t(i)], v_[size_t(i)], block_tokens_, n_head_kv_, head_dim_};
+  return KvLayerView{k_[size_t(i)], v_[size_t(i)], block_tokens_, n_head_kv_, head_dim_, type_};
 }
 
 int32_t KvPool::alloc_block() {

@@ -10,7 +10,8 @@ namespace df {
 
 class KvPool {
  public:
-  KvPool(Backend& be, int n_layers, int n_blocks, int block_tokens, int n_head_kv, int head_dim);
+  // type: F16 or F32.
+  KvPool(Backend& be, int n_layers, int n_blocks, int block_tokens, int n_head_kv, int head_dim, GgmlType type);
   ~KvPool();
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
@@ -28,8 +29,9 @@ class KvPool {
  private:
   Backend& be_;
   int n_layers_, n_blocks_, block_tokens_, n_head_kv_, head_dim_;
+  GgmlType type_;
   size_t bytes_ = 0;
-  std::vector<uint16_t*> k_, v_;
+  std::vector<void*> k_, v_;
   std::vector<int32_t> free_;
 };
 

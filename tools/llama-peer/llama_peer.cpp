@@ -237,7 +237,7 @@ std::string llama_lib_dir() {
         [](dl_phdr_info * info, size_t, void * out) -> int {
             std::filesystem::path p = info->dlpi_name ? info->dlpi_name : "";
             if (p.filename().string().rfind("libllama", 0) == 0) {
-                *static_cast<std::string *>(out) = p.parent_path().string();
+                *static_cast<std::string *>(out) = std::filesystem::weakly_canonical(p).parent_path().string();
                 return 1;
             }
             return 0;
