@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Fresh machine -> test results: installs dependencies (apt, npm), builds deltaflash and the
-# llama.cpp peer harness, and runs the whole test suite with ctest.
+# llama.cpp peer harness (our test oracle), and runs the whole test suite with ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
 ./tools/llama-peer/setup.sh
-./scripts/setup.sh -DDELTAFLASH_PEER_DIR="$PWD/tools/llama-peer"
+./scripts/setup.sh -DDELTAFLASH_LLAMA_PEER="$PWD/build-peer/llama-peer" \
+  -DDELTAFLASH_PEER_NODE_MODULES="$PWD/tools/llama-peer/node_modules"
 ctest --test-dir build --output-on-failure -j"$(nproc)" "$@"

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 
 #include "cli/commands.h"
@@ -23,6 +24,7 @@ struct RunArgs {
   int batch = 512;
   bool chat = false, stats_json = false;
   int64_t seed = -1;
+  std::vector<std::string> logit_bias;  // "ID=BIAS"
   SamplingParams sp;
 };
 
@@ -38,6 +40,15 @@ void run(const RunArgs& a) {
   opt.prefill_chunk = a.batch;
   opt.sampling = a.sp;
   opt.sampling.seed = a.seed >= 0 ? uint64_t(a.seed) : std::random_device{}();
+  for (const std::string& b : a.logit_bias) {
+    const size_t eq = b.find('=');
+    const std::vector<int32_t> id = eq == std::string::npos ? std::vector<int32_t>{} : parse_token_list(b.substr(0, eq));
+    char* end = nullptr;
+    const float bias = eq == std::string::npos ? 0 : std::strtof(b.c_str() + eq + 1, &end);
+    if (id.size() != 1 || end == nullptr || *end != '\0' || id[0] >= m.model->hparams().n_vocab)
+      fail("--logit-bias '{}': expected TOKEN_ID=BIAS with a token id inside the vocabulary", b);
+    opt.sampling.logit_bias[id[0]] = bias;
+  }
   Generator gen(*m.model, m.tokenizer.get(), a.ctx);
   StreamDecoder dec(*m.tokenizer);
   if (!a.chat) {
@@ -85,6 +96,8 @@ void register_run(CLI::App& app) {
   c->add_option("--presence-penalty", a->sp.presence_penalty, "Presence penalty")->capture_default_str();
   c->add_option("--frequency-penalty", a->sp.frequency_penalty, "Frequency penalty")->capture_default_str();
   c->add_option("--seed", a->seed, "Random seed (-1 = random)")->capture_default_str();
+  c->add_option("--logit-bias", a->logit_bias, "Add BIAS to a token's logit, as TOKEN_ID=BIAS (repeatable)");
+  c->add_option("--penalty-last-n", a->sp.penalty_last_n, "Recent tokens the penalties look at")->capture_default_str();
   c->add_flag("--chat", a->chat, "Wrap the prompt as a chat turn (ChatML)");
   c->add_option("--system", a->system, "System prompt (with --chat)");
   c->add_option("-t,--threads", a->threads, "CPU threads (0 = all cores)")->capture_default_str();
