@@ -503,6 +503,9 @@ TEST(Quantize, ConcurrentCallsAgree) {
 TEST(ActivationQuant, Q8_0AndQ8_1RoundHalfAwayFromZero) {
   auto x = make_data(Data::Outliers, 1024, 5);
   for (int i = 0; i < 64; ++i) x[size_t(i)] = float(i - 32) * 0.5f;  // exact halves in the first blocks
+  // Block 2 has amax 127, so x * (1/d) == x: values just below and at halves.
+  const float edge[] = {127.f, 0.49999997f, -0.49999997f, 1.4999999f, -2.4999998f, 2.5f, -3.5f, 0.5f, -0.5f, 126.5f};
+  for (size_t i = 0; i < std::size(edge); ++i) x[64 + i] = edge[i];
   for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_1}) {
     const bool q81 = wt == GgmlType::Q4_1;
     std::vector<uint8_t> a(activation_row_size(wt, 1024));
@@ -531,6 +534,10 @@ TEST(ActivationQuant, Q8_0AndQ8_1RoundHalfAwayFromZero) {
 TEST(ActivationQuant, Q8_KRoundsHalfToEvenWithBlockSums) {
   auto x = make_data(Data::Gaussian, 512, 6);
   x[3] = -4.5f;  // the block's extreme is negative: scale -127/max > 0
+  // Block 1: max -127 makes the scale exactly 1, so x * iscale == x: ties go to even.
+  const float edge[] = {-127.f, 0.5f, 1.5f, 2.5f, -2.5f, 3.5f, 0.49999997f, -1.5000001f, 126.5f, 127.f};
+  for (size_t i = 0; i < std::size(edge); ++i) x[256 + i] = edge[i];
+  for (size_t i = std::size(edge); i < 256; ++i) x[256 + i] = std::clamp(x[256 + i] * 30.f, -126.f, 126.f);
   std::vector<uint8_t> a(activation_row_size(GgmlType::Q4_K, 512));
   ASSERT_EQ(a.size(), 2u * 292u);
   quantize_activation_row(GgmlType::Q4_K, x.data(), a.data(), 512);

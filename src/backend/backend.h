@@ -119,4 +119,10 @@ class Backend {
 // The CPU backend with n_threads workers (0 = all hardware threads).
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 
+// The CUDA backend on GPU `device` (0-based). Throws df::Error when this build has no CUDA
+// backend (configured with DELTAFLASH_CUDA off) or the device cannot be used.
+std::unique_ptr<Backend> make_cuda_backend(int device);
+// Usable CUDA devices: 0 when this build has no CUDA backend, or no driver or GPU is present.
+int cuda_device_count();
+
 }  // namespace df

@@ -13,5 +13,6 @@ void register_tokenize(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_make_model(CLI::App& app);
+void register_convert(CLI::App& app);
 
 }  // namespace df::cli

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   df::cli::register_run(app);
   df::cli::register_bench(app);
   df::cli::register_make_model(app);
+  df::cli::register_convert(app);
   df::cli::register_inspect(app);
   df::cli::register_tokenize(app);
   df::cli::register_logits(app);

@@ -9,9 +9,9 @@
 #include "modelgen/random_fill.h"
 #include "modelgen/shapes.h"
 #include "modelgen/tensor_plan.h"
+#include "modelgen/tokenizer_keys.h"
 #include "modelgen/toy_vocab.h"
 #include "modelgen/type_mix.h"
-#include "tokenizer/hf_tokenizer_json.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -23,74 +23,18 @@ namespace fs = std::filesystem;
 using gguf::Value;
 using gguf::ValueType;
 using modelgen::PlannedTensor;
-
-// The tokenizer.* keys to write, in file order.
-using TokenizerKeys = std::vector<std::pair<std::string, Value>>;
-
-TokenizerKeys keys_of(const Vocab& v) {
-  TokenizerKeys kv;
-  kv.emplace_back("tokenizer.ggml.model", Value::of_string(v.model));
-  kv.emplace_back("tokenizer.ggml.pre", Value::of_string(v.pre));
-  kv.emplace_back("tokenizer.ggml.tokens", Value::of_string_array(v.tokens));
-  kv.emplace_back("tokenizer.ggml.token_type",
-                  Value::of_int_array(ValueType::I32, std::vector<int64_t>(v.token_types.begin(), v.token_types.end())));
-  kv.emplace_back("tokenizer.ggml.merges", Value::of_string_array(v.merges));
-  auto id = [&](const char* key, int32_t value) {
-    if (value >= 0) kv.emplace_back(key, Value::of_u32(uint32_t(value)));
-  };
-  id("tokenizer.ggml.eos_token_id", v.eos_id);
-  id("tokenizer.ggml.padding_token_id", v.pad_id);
-  id("tokenizer.ggml.bos_token_id", v.bos_id);
-  id("tokenizer.ggml.eot_token_id", v.eot_id);
-  kv.emplace_back("tokenizer.ggml.add_bos_token", Value::of_bool(v.add_bos));
-  if (!v.chat_template.empty()) kv.emplace_back("tokenizer.chat_template", Value::of_string(v.chat_template));
-  return kv;
-}
-
-// Every tokenizer.* key of another GGUF file, verbatim.
-TokenizerKeys keys_from_gguf(const std::string& path) {
-  const std::unique_ptr<gguf::File> f = gguf::File::open(path);
-  TokenizerKeys kv;
-  for (const auto& [key, value] : f->metadata())
-    if (key.rfind("tokenizer.", 0) == 0) kv.emplace_back(key, value);
-  const Value* tokens = f->find("tokenizer.ggml.tokens");
-  if (!tokens || !tokens->is_array() || tokens->elem_type != ValueType::STRING)
-    fail("--vocab {}: no tokenizer.ggml.tokens string array to copy", path);
-  return kv;
-}
-
-Value* find_key(TokenizerKeys& kv, std::string_view key) {
-  for (auto& [k, v] : kv)
-    if (k == key) return &v;
-  return nullptr;
-}
-
-int64_t token_count(TokenizerKeys& kv) { return int64_t(find_key(kv, "tokenizer.ggml.tokens")->strings.size()); }
-
-// Pads the token list to n_vocab with "[PAD<i>]" tokens of type UNUSED, as the converter does
-// for embedding rows past the tokenizer's last id.
-void pad_tokens(TokenizerKeys& kv, int64_t n_vocab) {
-  Value* tokens = find_key(kv, "tokenizer.ggml.tokens");
-  Value* types = find_key(kv, "tokenizer.ggml.token_type");
-  for (int64_t i = int64_t(tokens->strings.size()); i < n_vocab; ++i) {
-    tokens->strings.push_back(fmt::format("[PAD{}]", i));
-    if (types) types->ints.push_back(int64_t(TokenType::Unused));
-  }
-}
+using modelgen::TokenizerKeys;
 
 TokenizerKeys load_vocab(const std::string& source, Arch arch, int64_t min_vocab) {
-  if (source == "toy") return keys_of(modelgen::make_toy_vocab(arch));
+  if (source == "toy") return modelgen::tokenizer_keys(modelgen::make_toy_vocab(arch));
   const fs::path p(source);
   std::error_code ec;
   if (fs::is_directory(p, ec) || p.filename() == "tokenizer.json") {
     const fs::path dir = fs::is_directory(p, ec) ? p : p.parent_path();
-    const fs::path json = dir / "tokenizer.json", config = dir / "tokenizer_config.json";
-    if (!fs::is_regular_file(json, ec)) fail("--vocab {}: no tokenizer.json there", source);
-    const std::string pre = arch == Arch::Qwen35 ? "qwen35" : "qwen2";
-    return keys_of(vocab_from_hf_tokenizer(json.string(), fs::is_regular_file(config, ec) ? config.string() : "",
-                                           pre, size_t(std::max<int64_t>(min_vocab, 0))));
+    if (!fs::is_regular_file(dir / "tokenizer.json", ec)) fail("--vocab {}: no tokenizer.json there", source);
+    return modelgen::tokenizer_keys_from_hf_dir(dir.string(), arch, min_vocab);
   }
-  if (fs::is_regular_file(p, ec)) return keys_from_gguf(source);
+  if (fs::is_regular_file(p, ec)) return modelgen::tokenizer_keys_from_gguf(source);
   fail("--vocab {}: not 'toy', a .gguf file, or a directory with tokenizer.json", source);
 }
 
@@ -116,11 +60,11 @@ Resolved resolve(const MakeModelOptions& opt) {
                     hp.ssm_d_state, hp.d_v()));
 
   r.vocab = load_vocab(opt.vocab, arch, hp.n_vocab);
-  const int64_t n_tokens = token_count(r.vocab);
+  const int64_t n_tokens = modelgen::token_count(r.vocab);
   if (hp.n_vocab == 0) hp.n_vocab = int(n_tokens);
   if (hp.n_vocab < n_tokens)
     fail("vocabulary size {} is smaller than the {} tokens of --vocab {}", hp.n_vocab, n_tokens, opt.vocab);
-  pad_tokens(r.vocab, hp.n_vocab);
+  modelgen::pad_tokens(r.vocab, hp.n_vocab);
 
   r.tensors = modelgen::plan_tensors(hp, r.shape.tied, hp.n_vocab);
   modelgen::assign_types(r.tensors, r.type, hp, log);

@@ -10,6 +10,7 @@
 
 #include "tokenizer/byte_unicode.h"
 #include "tokenizer/pretokenizer.h"
+#include "util/error.h"
 
 namespace df::modelgen {
 
@@ -168,7 +169,11 @@ std::vector<std::pair<std::string, std::string>> learn_merges(const std::map<std
 
 }  // namespace
 
-Vocab make_toy_vocab(Arch arch) {
+Vocab make_toy_vocab(Arch arch, size_t max_tokens) {
+  const size_t n_specials = std::size(kSpecials);
+  if (max_tokens < 256 + n_specials)
+    fail("a toy vocabulary needs at least {} tokens (256 bytes + {} special), not {}", 256 + n_specials, n_specials,
+         max_tokens);
   Vocab v;
   v.model = "gpt2";
   v.pre = arch == Arch::Qwen35 ? "qwen35" : "qwen2";
@@ -185,6 +190,8 @@ Vocab make_toy_vocab(Arch arch) {
   };
   for (const auto& [cp, byte] : by_codepoint) add(byte_unicode::utf8_of_byte(byte), TokenType::Normal);
   for (const auto& [a, b] : learn_merges(count_words(v.pre))) {
+    // A prefix of the merge list is a valid BPE on its own: stop where the budget is used up.
+    if (!known.count(a + b) && v.tokens.size() + n_specials >= max_tokens) break;
     v.merges.push_back(a + " " + b);
     if (!known.count(a + b)) add(a + b, TokenType::Normal);
   }

@@ -5,9 +5,11 @@
 #include "quant/dequant_rows.h"
 #include "util/half.h"
 
-#pragma GCC optimize("fp-contract=off")  // keep ggml's separate mul/sub roundings
+// Keep ggml's float operations as written (see dequant_rows.h).
 #if defined(__clang__)
 #pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
 #endif
 
 namespace df::quant {

@@ -1,9 +1,10 @@
 // Per-format dequantizers behind dequantize_row (internal to src/quant). Each writes
 // nb blocks of its format starting at src into dst.
 //
-// Bit-exactness with ggml: ggml computes e.g. Q4_K as (d*sc)*q - (dmin*m) with separate
-// multiply and subtract roundings. GCC's default -ffp-contract=fast would fuse that into one
-// FMA (one rounding) under -march=native, so every dequant file turns contraction off.
+// Bit-exactness with ggml: the float operations follow ggml's order, e.g. Q4_K computes
+// (d*sc)*q - (dmin*m), rounding after each. (The products of an f16 scale and small integers
+// are exact in float, so only the final add/subtract rounds; still, every dequant file turns
+// GCC's default -ffp-contract=fast off so the operations stay exactly as written.)
 #pragma once
 #include <cstdint>
 

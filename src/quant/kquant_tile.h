@@ -167,18 +167,27 @@ struct FloatSums512 {
 
 template <int R, int C>
 struct IntSums512 {
-  __m512i part[R][C];
+  // Up to two pairs: two partial sums (even / odd groups), so a lone row's multiply-adds do
+  // not wait on each other (exact integers: the split does not change the result).
+  static constexpr int kSplit = R * C <= 2 ? 2 : 1;
+  __m512i parts[kSplit][R][C];
   IntSums512() {
-    for (auto& row : part)
-      for (auto& v : row) v = _mm512_setzero_si512();
+    for (auto& p : parts)
+      for (auto& row : p)
+        for (auto& v : row) v = _mm512_setzero_si512();
   }
-  // part += (w[r] * a) * scale[r] for the 64 activation bytes at `offset` of super-block i.
+  // parts += (w[r] * a) * scale[r] for the 64 activation bytes at `offset` of super-block i.
   void madd_group(const __m512i (&w)[R], const __m512i (&scale)[R], const uint8_t* a, size_t as, int64_t i,
-                  int offset) {
+                  int offset, int group) {
+    auto& p = parts[group % kSplit];
     for (int c = 0; c < C; ++c) {
       const __m512i av = load512(act_block(a, as, c, i).qs + offset);
-      for (int r = 0; r < R; ++r) part[r][c] = _mm512_dpwssd_epi32(part[r][c], _mm512_maddubs_epi16(w[r], av), scale[r]);
+      for (int r = 0; r < R; ++r) p[r][c] = _mm512_dpwssd_epi32(p[r][c], _mm512_maddubs_epi16(w[r], av), scale[r]);
     }
+  }
+  __m512i part(int r, int c) const {
+    if constexpr (kSplit == 2) return _mm512_add_epi32(parts[0][r][c], parts[1][r][c]);
+    return parts[0][r][c];
   }
 };
 
@@ -201,7 +210,8 @@ inline void finish_iq4xs(__m512& acc, __m512i isum, float d, const BlockQ8_K& ab
 // consecutive rows are contiguous and the weights then stream through memory in one
 // sequential run, which the hardware prefetchers follow best. Wide (prefill): each decoded
 // weight group serves several activation rows; int and float sums per pair must fit the
-// register file.
+// register file. With AVX-512 the 512-bit kernels serve both; AVX2 builds use the 256-bit
+// ones (same results, see the top of this file).
 struct KShape {
   static constexpr int kRows = 2, kCols = kManyRegs ? 4 : 2;
   static constexpr int kNarrowRows = 1, kNarrowCols = kManyRegs ? 4 : 2;

@@ -5,6 +5,12 @@
 #include <cstdint>
 #include <cstring>
 
+#if !defined(__AVX__)
+// Without AVX, GCC notes that 32-byte vectors are passed differently than with it; these
+// helpers are inline and internal, so no call crosses such a boundary.
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 namespace df::quant {
 
 using f32x8 = float __attribute__((vector_size(32)));

@@ -99,16 +99,17 @@ struct IQ4XSZmm {
           neg[r] = _mm512_movepi8_mask(v);
           s[r] = pair_scales(sc[r], p);
         }
+        auto& part = S.parts[p % S.kSplit];
         for (int c = 0; c < C; ++c) {
           const __m512i av = load512(act_block(a, as, c, i).qs + 64 * p);
           for (int r = 0; r < R; ++r) {
             const __m512i signed_a = _mm512_mask_sub_epi8(av, neg[r], _mm512_setzero_si512(), av);
-            S.part[r][c] = _mm512_dpwssd_epi32(S.part[r][c], _mm512_maddubs_epi16(mag[r], signed_a), s[r]);
+            part[r][c] = _mm512_dpwssd_epi32(part[r][c], _mm512_maddubs_epi16(mag[r], signed_a), s[r]);
           }
         }
       }
       for (int c = 0; c < C; ++c)
-        for (int r = 0; r < R; ++r) finish_iq4xs(F.acc[r][c], S.part[r][c], f16(blk[r]->d), act_block(a, as, c, i));
+        for (int r = 0; r < R; ++r) finish_iq4xs(F.acc[r][c], S.part(r, c), f16(blk[r]->d), act_block(a, as, c, i));
     }
     F.store(out, ldo);
   }
@@ -119,9 +120,10 @@ struct IQ4XSKernel : KShape {
   template <int R, int C>
   static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, size_t ldo) {
 #if defined(DF_QUANT_AVX512)
-    if constexpr (R > 1) return IQ4XSZmm::tile<R, C>(n, w, ws, a, as, out, ldo);
-#endif
+    IQ4XSZmm::tile<R, C>(n, w, ws, a, as, out, ldo);
+#else
     IQ4XSYmm::tile<R, C>(n, w, ws, a, as, out, ldo);
+#endif
   }
 };
 

@@ -57,14 +57,21 @@ struct DecodeQ5_0 {
 struct DecodeIQ4_NL {
   using Block = BlockIQ4_NL;
   static constexpr int kOffset = 128;
-  static __m256i table(int add) {
-    alignas(16) int8_t t[16];
-    for (int i = 0; i < 16; ++i) t[i] = int8_t(kIQ4Values[i] + add);
-    return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
-  }
-  static __m256i values(const Block& b) { return _mm256_shuffle_epi8(table(0), nibbles_split(b.qs)); }
-  static __m256i unsigned_values(const Block& b) { return _mm256_shuffle_epi8(table(128), nibbles_split(b.qs)); }
+  // The code book, signed and shifted by +128 (unsigned), for pshufb lookups.
+  alignas(16) static constexpr int8_t kBook[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                   1,    13,   25,  38,  53,  69,  89,  113};
+  alignas(16) static constexpr uint8_t kBookU[16] = {1,   24,  45,  63,  79,  93,  106, 118,
+                                                     129, 141, 153, 166, 181, 197, 217, 241};
+  static __m256i table(const void* t) { return _mm256_broadcastsi128_si256(_mm_load_si128(static_cast<const __m128i*>(t))); }
+  static __m256i values(const Block& b) { return _mm256_shuffle_epi8(table(kBook), nibbles_split(b.qs)); }
+  static __m256i unsigned_values(const Block& b) { return _mm256_shuffle_epi8(table(kBookU), nibbles_split(b.qs)); }
 };
+constexpr bool iq4_tables_match() {
+  for (int i = 0; i < 16; ++i)
+    if (DecodeIQ4_NL::kBook[i] != kIQ4Values[i] || DecodeIQ4_NL::kBookU[i] != kIQ4Values[i] + 128) return false;
+  return true;
+}
+static_assert(iq4_tables_match());
 
 // Float accumulation, the same for every tile shape and vector width: per (row, activation)
 // pair two 8-lane sums, one over the even blocks and one over the odd blocks,
@@ -178,10 +185,11 @@ struct Legacy32Zmm {
 };
 #endif
 
-// Narrow tiles (few activation rows, decode) take one weight row at a time: consecutive rows
-// are contiguous, so the weights stream through memory in one sequential run, which the
-// hardware prefetchers follow best. Wide tiles (prefill) reuse each decoded weight block
-// for several activation rows.
+// Tile shapes. Narrow (few activation rows, decode): one weight row at a time, because
+// consecutive rows are contiguous and the weights then stream through memory in one
+// sequential run, which the hardware prefetchers follow best. Wide (prefill): each decoded
+// weight block serves several activation rows. The 512-bit kernel serves both when the build
+// has AVX-512 (its results equal the 256-bit kernel's, which AVX2 builds use).
 template <class D>
 struct Legacy32 {
 #if defined(DF_QUANT_AVX512)
@@ -193,9 +201,10 @@ struct Legacy32 {
   template <int R, int C>
   static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, size_t ldo) {
 #if defined(DF_QUANT_AVX512)
-    if constexpr (R > 1) return Legacy32Zmm<D>::template tile<R, C>(n, w, ws, a, as, out, ldo);
-#endif
+    Legacy32Zmm<D>::template tile<R, C>(n, w, ws, a, as, out, ldo);
+#else
     Legacy32Ymm<D>::template tile<R, C>(n, w, ws, a, as, out, ldo);
+#endif
   }
 };
 

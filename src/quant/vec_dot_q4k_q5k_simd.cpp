@@ -97,11 +97,11 @@ struct K4Zmm {
           q[r] = join(V::low(*blk[r], g), V::high(*blk[r], g));
           s[r] = pair_scales(h[r].scales, g);
         }
-        S.madd_group(q, s, a, as, i, 64 * g);
+        S.madd_group(q, s, a, as, i, 64 * g, g);
       }
       for (int c = 0; c < C; ++c) {
         const K4Act act(act_block(a, as, c, i));
-        for (int r = 0; r < R; ++r) finish_k4(F.acc[r][c], S.part[r][c], h[r], act);
+        for (int r = 0; r < R; ++r) finish_k4(F.acc[r][c], S.part(r, c), h[r], act);
       }
     }
     F.store(out, ldo);
@@ -114,9 +114,10 @@ struct K4Kernel : KShape {
   template <int R, int C>
   static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, size_t ldo) {
 #if defined(DF_QUANT_AVX512)
-    if constexpr (R > 1) return K4Zmm<V>::template tile<R, C>(n, w, ws, a, as, out, ldo);
-#endif
+    K4Zmm<V>::template tile<R, C>(n, w, ws, a, as, out, ldo);
+#else
     K4Ymm<V>::template tile<R, C>(n, w, ws, a, as, out, ldo);
+#endif
   }
 };
 

@@ -113,7 +113,7 @@ struct Q6Zmm {
       q[r] = pair_values<P>(*blk[r], h);
       s[r] = _mm512_permutexvar_epi16(_mm512_load_si512(kQuadScaleIdx[2 * h + P]), sc[r]);
     }
-    sums.madd_group(q, s, a, as, i, 128 * h + 64 * P);
+    sums.madd_group(q, s, a, as, i, 128 * h + 64 * P, P);
   }
   template <int R, int C>
   static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, size_t ldo) {
@@ -132,7 +132,7 @@ struct Q6Zmm {
       }
       for (int c = 0; c < C; ++c)
         for (int r = 0; r < R; ++r)
-          finish_q6k(F.acc[r][c], S.part[r][c], scales16(*blk[r]), f16(blk[r]->d), act_block(a, as, c, i));
+          finish_q6k(F.acc[r][c], S.part(r, c), scales16(*blk[r]), f16(blk[r]->d), act_block(a, as, c, i));
     }
     F.store(out, ldo);
   }
@@ -143,9 +143,10 @@ struct Q6Kernel : KShape {
   template <int R, int C>
   static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, size_t ldo) {
 #if defined(DF_QUANT_AVX512)
-    if constexpr (R > 1) return Q6Zmm::tile<R, C>(n, w, ws, a, as, out, ldo);
-#endif
+    Q6Zmm::tile<R, C>(n, w, ws, a, as, out, ldo);
+#else
     Q6Ymm::tile<R, C>(n, w, ws, a, as, out, ldo);
+#endif
   }
 };
 

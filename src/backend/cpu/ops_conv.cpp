@@ -1,29 +1,48 @@
 // Causal depthwise conv1d + SiLU for Gated DeltaNet, with the K-1 previous inputs as state.
+// Channels are processed in blocks of 16 so every time step is a few contiguous vector loads
+// (the weights of a block stay in registers across time steps).
+#include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/simd.h"
 
 namespace df {
+
+namespace {
+constexpr int kBlock = 16;
+constexpr int kMaxKernel = 16;  // validated at load
+}  // namespace
 
 void CpuBackend::conv1d_silu(const float* x, size_t x_stride, int rows, int channels, const float* w, int kernel,
                              float* state, float* out, size_t out_stride) {
   const int hist = kernel - 1;
-  // Input at time t (t < 0 reads the state: t = -1 is its newest row).
-  auto input = [&](int t, int c) { return t < 0 ? state[size_t(hist + t) * channels + c] : x[size_t(t) * x_stride + c]; };
-  pool_.parallel_for(channels, 64, [&](int64_t cb, int64_t ce, int) {
-    for (int64_t c = cb; c < ce; ++c) {
-      const float* wc = w + c * kernel;
+  // Input row at time t (t < 0 reads the state: t = -1 is its newest row).
+  auto input = [&](int t) { return t < 0 ? state + size_t(hist + t) * channels : x + size_t(t) * x_stride; };
+  const int64_t n_blocks = (channels + kBlock - 1) / kBlock;
+  pool_.parallel_for(n_blocks, 8, [&](int64_t bb, int64_t be, int) {
+    float keep[kMaxKernel][kBlock];
+    for (int64_t blk = bb; blk < be; ++blk) {
+      const int c0 = int(blk * kBlock), nc = std::min(kBlock, channels - c0);
+      float wt[kMaxKernel][kBlock];
+      for (int j = 0; j < kernel; ++j)
+        for (int c = 0; c < kBlock; ++c) wt[j][c] = c < nc ? w[size_t(c0 + c) * kernel + j] : 0.0f;
       for (int t = 0; t < rows; ++t) {
-        float s = 0;
-        for (int j = 0; j < kernel; ++j) s += wc[j] * input(t - hist + j, int(c));
-        out[size_t(t) * out_stride + c] = s / (1.0f + std::exp(-s));
+        float s[kBlock] = {};
+        for (int j = 0; j < kernel; ++j) {
+          const float* in = input(t - hist + j) + c0;
+          if (nc == kBlock) {
+            for (int c = 0; c < kBlock; ++c) s[c] += wt[j][c] * in[c];
+          } else {
+            for (int c = 0; c < nc; ++c) s[c] += wt[j][c] * in[c];
+          }
+        }
+        cpu::silu_mul(s, nullptr, out + size_t(t) * out_stride + c0, nc);
       }
-      // New state: the last K-1 inputs of [state | x], oldest first. Read before overwriting:
-      // when rows < K-1 the new state still contains old state entries, which shift left.
-      float keep[16];  // kernel <= 16 is validated at load
-      for (int i = 0; i < hist; ++i) keep[i] = input(rows - hist + i, int(c));
-      for (int i = 0; i < hist; ++i) state[size_t(i) * channels + c] = keep[i];
+      // New state: the last K-1 inputs of [state | x], oldest first. Read everything before
+      // writing: when rows < K-1 the new state still holds old entries, shifted.
+      for (int i = 0; i < hist; ++i) std::copy_n(input(rows - hist + i) + c0, nc, keep[i]);
+      for (int i = 0; i < hist; ++i) std::copy_n(keep[i], nc, state + size_t(i) * channels + c0);
     }
   });
 }

@@ -3,20 +3,16 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/simd.h"
 
 namespace df {
 
 namespace {
 
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
-inline float sum_squares(const float* x, int n) {
-  float s = 0;
-  for (int i = 0; i < n; ++i) s += x[i] * x[i];
-  return s;
-}
+using cpu::sum_squares;
 
 }  // namespace
 
@@ -37,9 +33,7 @@ void CpuBackend::add(float* x, const float* y, int64_t n) {
 }
 
 void CpuBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  pool_.parallel_for(n, 4096, [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i) out[i] = silu(gate[i]) * up[i];
-  });
+  pool_.parallel_for(n, 4096, [&](int64_t b, int64_t e, int) { cpu::silu_mul(gate + b, up + b, out + b, e - b); });
 }
 
 void CpuBackend::mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n) {
@@ -80,7 +74,9 @@ void CpuBackend::gated_rms_norm(float* x, const float* z, const float* w, int ro
       float* v = x + i * dim;
       const float* zv = z + i * dim;
       const float scale = 1.0f / std::sqrt(sum_squares(v, dim) / float(dim) + eps);
-      for (int j = 0; j < dim; ++j) v[j] = v[j] * scale * w[j] * silu(zv[j]);
+      float gate[1024];  // dim <= 512 is validated at load
+      cpu::silu_mul(zv, nullptr, gate, dim);
+      for (int j = 0; j < dim; ++j) v[j] = v[j] * scale * w[j] * gate[j];
     }
   });
 }

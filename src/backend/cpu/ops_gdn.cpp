@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/simd.h"
 
 namespace df {
 
@@ -73,11 +74,7 @@ void chunked_head(const GdnShape& sh, const HeadIo& io, int h, int rows, float* 
     auto beta = [&](int t) { return io.beta[size_t(c0 + t) * io.n_v + h]; };
     float cum = 0;
     for (int t = 0; t < n; ++t) gam[t] = cum += io.g[size_t(c0 + t) * io.n_v + h];
-    auto dot = [](const float* a, const float* b, int len) {
-      float s = 0;
-      for (int i = 0; i < len; ++i) s += a[i] * b[i];
-      return s;
-    };
+    using cpu::dot;
     // L[t][s] = beta_t (k_t . k_s) exp(G_t - G_s) for s < t;  QK[t][s] = (q_t . k_s) exp(G_t - G_s) for s <= t.
     for (int t = 0; t < n; ++t) {
       for (int s = 0; s < t; ++s) L[t * kChunk + s] = beta(t) * dot(k(t), k(s), dk) * std::exp(gam[t] - gam[s]);

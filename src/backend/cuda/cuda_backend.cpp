@@ -1,0 +1,280 @@
+// CudaBackend: memory management, argument checks, and launches of the kernels in *.cu.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "backend/cuda/kernels.h"
+#include "util/error.h"
+
+namespace df {
+
+namespace {
+
+constexpr int kMaxHeadDim = 1024;  // attention keeps q and 4 partial outputs in shared memory
+constexpr int kMaxConvKernel = 16;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("CUDA error in {}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+cudaStream_t as_stream(CUstream_st* s) { return s; }
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  check(cudaSetDevice(device), "cudaSetDevice");
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  stream_ = s;
+}
+
+CudaBackend::~CudaBackend() {
+  // No throwing here: errors at teardown are ignored (the process may be exiting after a fault).
+  cudaSetDevice(device_);
+  cudaStreamSynchronize(as_stream(stream_));
+  for (void* p : weights_) cudaFree(p);
+  cudaFree(table_dev_);
+  cudaFree(bounce_);
+  cudaStreamDestroy(as_stream(stream_));
+}
+
+void CudaBackend::enter() const {
+  int cur = -1;
+  if (cudaGetDevice(&cur) != cudaSuccess || cur != device_) check(cudaSetDevice(device_), "cudaSetDevice");
+}
+
+void CudaBackend::check_launch(const char* op) const { check(cudaGetLastError(), op); }
+
+// --- memory ---
+
+void* CudaBackend::alloc(size_t bytes) {
+  enter();
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear it
+    fail("out of GPU memory allocating {} bytes on CUDA device {} ({})", bytes, device_, cudaGetErrorString(e));
+  }
+  check(cudaMemsetAsync(p, 0, bytes, as_stream(stream_)), "alloc (zero fill)");
+  return p;
+}
+
+void CudaBackend::release(void* p) {
+  if (p == nullptr) return;
+  enter();
+  check(cudaStreamSynchronize(as_stream(stream_)), "release (pending work)");
+  check(cudaFree(p), "cudaFree");
+}
+
+// Host sources are pageable memory: the driver stages them before cudaMemcpyAsync returns, so
+// the caller may reuse the source at once while the copy itself stays ordered on the stream.
+void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  enter();
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, as_stream(stream_)), "upload");
+}
+
+void CudaBackend::download(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  enter();
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, as_stream(stream_)), "download");
+  check(cudaStreamSynchronize(as_stream(stream_)), "download (wait)");
+}
+
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  enter();
+  const auto* d = static_cast<const uint8_t*>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
+  if (d < s + bytes && s < d + bytes) {  // overlapping (memmove semantics): go through a scratch buffer
+    if (bounce_cap_ < bytes) {
+      check(cudaStreamSynchronize(as_stream(stream_)), "copy (pending work)");
+      check(cudaFree(bounce_), "cudaFree");
+      bounce_ = nullptr;
+      bounce_cap_ = 0;
+      check(cudaMalloc(&bounce_, bytes), "copy (scratch)");
+      bounce_cap_ = bytes;
+    }
+    check(cudaMemcpyAsync(bounce_, src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream_)), "copy");
+    src = bounce_;
+  }
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream_)), "copy");
+}
+
+void CudaBackend::synchronize() {
+  enter();
+  check(cudaStreamSynchronize(as_stream(stream_)), "synchronize");
+}
+
+// Every call uploads: a host address is no identity (a later file may be mapped at the same
+// address). The copies live until the backend dies (the Backend interface has no weight release).
+const void* CudaBackend::weight_data(const void* host, size_t bytes) {
+  void* dev = alloc(bytes);
+  upload(dev, host, bytes);
+  check(cudaStreamSynchronize(as_stream(stream_)), "weight upload");
+  weights_.push_back(dev);
+  return dev;
+}
+
+const int32_t* CudaBackend::device_block_table(const SeqKv& seq) {
+  const size_t n = size_t(std::max(seq.n_blocks, 0));
+  if (n == 0) return nullptr;
+  if (table_dev_ != nullptr && n == table_host_.size() && std::equal(table_host_.begin(), table_host_.end(), seq.block_table))
+    return table_dev_;
+  if (n > table_cap_) {
+    const size_t cap = std::max(n, 2 * table_cap_);
+    check(cudaStreamSynchronize(as_stream(stream_)), "block table (pending work)");
+    check(cudaFree(table_dev_), "cudaFree");
+    table_dev_ = nullptr;
+    table_cap_ = 0;
+    table_host_.clear();
+    check(cudaMalloc(reinterpret_cast<void**>(&table_dev_), cap * sizeof(int32_t)), "block table");
+    table_cap_ = cap;
+  }
+  // Ordered after the kernels that read the previous table; the source is staged at once.
+  check(cudaMemcpyAsync(table_dev_, seq.block_table, n * sizeof(int32_t), cudaMemcpyHostToDevice, as_stream(stream_)),
+        "block table upload");
+  table_host_.assign(seq.block_table, seq.block_table + n);
+  return table_dev_;
+}
+
+// --- ops ---
+
+void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
+  if (rows <= 0 || w.n_out <= 0) return;
+  enter();
+  if (!cuda::matmul(w, x, rows, y, as_stream(stream_)))
+    fail("the CUDA backend cannot multiply with weights of type {}", type_name(w.type));
+  check_launch("matmul");
+}
+
+void CudaBackend::embed(const Weight& table, const int32_t* tokens, int rows, float* out) {
+  if (rows <= 0) return;
+  enter();
+  if (!cuda::embed(table, tokens, rows, out, as_stream(stream_)))
+    fail("the CUDA backend cannot read embeddings of type {}", type_name(table.type));
+  check_launch("embed");
+}
+
+void CudaBackend::rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, float eps, float* out,
+                           size_t out_stride) {
+  if (n <= 0 || dim <= 0) return;
+  enter();
+  cuda::rms_norm(x, x_stride, w, n, dim, eps, out, out_stride, as_stream(stream_));
+  check_launch("rms_norm");
+}
+
+void CudaBackend::add(float* x, const float* y, int64_t n) {
+  if (n <= 0) return;
+  enter();
+  cuda::add(x, y, n, as_stream(stream_));
+  check_launch("add");
+}
+
+void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  if (n <= 0) return;
+  enter();
+  cuda::swiglu(gate, up, n, out, as_stream(stream_));
+  check_launch("swiglu");
+}
+
+void CudaBackend::mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n) {
+  if (rows <= 0 || n <= 0) return;
+  enter();
+  cuda::mul_sigmoid(x, x_stride, g, g_stride, rows, n, as_stream(stream_));
+  check_launch("mul_sigmoid");
+}
+
+void CudaBackend::rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads, const int32_t* pos,
+                            int n_rot, float theta) {
+  if (rows <= 0 || n_heads <= 0 || n_rot < 2) return;
+  if (n_rot % 2 != 0) fail("rope_neox: n_rot {} is odd", n_rot);
+  enter();
+  cuda::rope_neox(x, row_stride, head_stride, rows, n_heads, pos, n_rot, theta, as_stream(stream_));
+  check_launch("rope_neox");
+}
+
+void CudaBackend::kv_store(const KvLayerView& kv, const SeqKv& seq, const float* k, const float* v,
+                           const int32_t* pos, int rows) {
+  if (rows <= 0) return;
+  enter();
+  const int32_t* table = device_block_table(seq);
+  cuda::kv_store(kv, table, seq.n_blocks, k, v, pos, rows, as_stream(stream_));
+  check_launch("kv_store");
+}
+
+void CudaBackend::attention(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos,
+                            int n_head, const KvLayerView& kv, const SeqKv& seq, float scale, float* out) {
+  if (rows <= 0 || n_head <= 0) return;
+  if (kv.head_dim > kMaxHeadDim) fail("attention: head dim {} exceeds {}", kv.head_dim, kMaxHeadDim);
+  if (kv.n_head_kv <= 0 || n_head % kv.n_head_kv != 0)
+    fail("attention: {} query heads do not group over {} KV heads", n_head, kv.n_head_kv);
+  if (rows > 65535) fail("attention: {} rows exceed the 65535 rows of one launch", rows);
+  enter();
+  const int32_t* table = device_block_table(seq);
+  cuda::attention(q, q_row_stride, q_head_stride, rows, pos, n_head, kv, table, seq.n_blocks, scale, out,
+                  as_stream(stream_));
+  check_launch("attention");
+}
+
+void CudaBackend::conv1d_silu(const float* x, size_t x_stride, int rows, int channels, const float* w, int kernel,
+                              float* state, float* out, size_t out_stride) {
+  if (rows <= 0 || channels <= 0) return;
+  if (kernel < 1 || kernel > kMaxConvKernel) fail("conv1d_silu: kernel {} outside 1..{}", kernel, kMaxConvKernel);
+  enter();
+  cuda::conv1d_silu(x, x_stride, rows, channels, w, kernel, state, out, out_stride, as_stream(stream_));
+  check_launch("conv1d_silu");
+}
+
+void CudaBackend::l2_norm_heads(float* x, size_t row_stride, int rows, int n_heads, int dim, float eps, float scale) {
+  if (rows <= 0 || n_heads <= 0 || dim <= 0) return;
+  enter();
+  cuda::l2_norm_heads(x, row_stride, rows, n_heads, dim, eps, scale, as_stream(stream_));
+  check_launch("l2_norm_heads");
+}
+
+void CudaBackend::gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v) {
+  if (rows <= 0 || n_v <= 0) return;
+  enter();
+  cuda::gdn_gates(b, a, a_coef, dt_bias, rows, n_v, as_stream(stream_));
+  check_launch("gdn_gates");
+}
+
+// `chunked` is accepted and ignored: the recurrent kernel serves both (see deltanet.cu).
+void CudaBackend::gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
+                                 const float* beta, int rows, float* S, float* out, bool /*chunked*/) {
+  if (rows <= 0 || shape.n_v <= 0) return;
+  if (shape.n_k <= 0 || shape.d_k <= 0 || shape.d_v <= 0) fail("gdn_delta_rule: empty head shape");
+  enter();
+  cuda::gdn_delta_rule(shape, qkv, qkv_stride, g, beta, rows, S, out, as_stream(stream_));
+  check_launch("gdn_delta_rule");
+}
+
+void CudaBackend::gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim, float eps) {
+  if (rows <= 0 || n_heads <= 0 || dim <= 0) return;
+  enter();
+  cuda::gated_rms_norm(x, z, w, rows, n_heads, dim, eps, as_stream(stream_));
+  check_launch("gated_rms_norm");
+}
+
+// --- factory ---
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: not an error for the caller
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  const int n = cuda_device_count();
+  if (n == 0) fail("no CUDA device is available (no GPU, or no driver)");
+  if (device < 0 || device >= n) fail("CUDA device {} does not exist ({} device{} present)", device, n, n == 1 ? "" : "s");
+  return std::make_unique<CudaBackend>(device);
+}
+
+}  // namespace df

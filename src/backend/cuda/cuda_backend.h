@@ -1,0 +1,70 @@
+// The CUDA backend: device memory, one stream, kernels in src/backend/cuda/*.cu. Ops enqueue
+// work and return; download() and synchronize() wait for it. Weights are uploaded as stored in
+// the file (quantized bytes) and dequantized on the fly by the kernels.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+
+struct CUstream_st;  // cudaStream_t without including the CUDA headers here
+
+namespace df {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  const char* name() const override { return "cuda"; }
+  int device() const { return device_; }
+
+  void* alloc(size_t bytes) override;
+  void release(void* p) override;
+  void upload(void* dst, const void* src, size_t bytes) override;
+  void download(void* dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void synchronize() override;
+  const void* weight_data(const void* host, size_t bytes) override;
+
+  void matmul(const Weight& w, const float* x, int rows, float* y) override;
+  void embed(const Weight& table, const int32_t* tokens, int rows, float* out) override;
+  void rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, float eps, float* out,
+                size_t out_stride) override;
+  void add(float* x, const float* y, int64_t n) override;
+  void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
+  void mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n) override;
+  void rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads, const int32_t* pos,
+                 int n_rot, float theta) override;
+  void kv_store(const KvLayerView& kv, const SeqKv& seq, const float* k, const float* v, const int32_t* pos,
+                int rows) override;
+  void attention(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos,
+                 int n_head, const KvLayerView& kv, const SeqKv& seq, float scale, float* out) override;
+  void conv1d_silu(const float* x, size_t x_stride, int rows, int channels, const float* w, int kernel,
+                   float* state, float* out, size_t out_stride) override;
+  void l2_norm_heads(float* x, size_t row_stride, int rows, int n_heads, int dim, float eps, float scale) override;
+  void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v) override;
+  void gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
+                      const float* beta, int rows, float* S, float* out, bool chunked) override;
+  void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
+                      float eps) override;
+
+ private:
+  void enter() const;                      // makes device_ current for this thread
+  void check_launch(const char* op) const;  // throws df::Error on a launch error
+  // SeqKv::block_table is host memory (Sequence::block_table); kernels need a device copy.
+  const int32_t* device_block_table(const SeqKv& seq);
+
+  int device_ = 0;
+  CUstream_st* stream_ = nullptr;
+  std::vector<void*> weights_;  // device copies made by weight_data (owned)
+  int32_t* table_dev_ = nullptr;  // last uploaded block table (grow-only buffer)
+  size_t table_cap_ = 0;
+  std::vector<int32_t> table_host_;  // its contents, to skip identical re-uploads
+  void* bounce_ = nullptr;           // scratch for overlapping copy()
+  size_t bounce_cap_ = 0;
+};
+
+}  // namespace df

@@ -1,0 +1,48 @@
+// Kernel launchers of the CUDA backend, one group per .cu file. Each enqueues work on `s` and
+// returns at once; arguments were validated by CudaBackend, which checks the launch status.
+// Pointers are device memory, with the layouts of the matching Backend op (backend/backend.h).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace df::cuda {
+
+// matmul.cu -- y = x W^T for every supported weight type; false if the type has no kernel.
+bool matmul(const Weight& w, const float* x, int rows, float* y, cudaStream_t s);
+bool matmul_supports(GgmlType t);
+
+// elementwise.cu
+bool embed(const Weight& table, const int32_t* tokens, int rows, float* out, cudaStream_t s);
+void add(float* x, const float* y, int64_t n, cudaStream_t s);
+void swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s);
+void mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n, cudaStream_t s);
+void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim, float eps,
+                    cudaStream_t s);
+
+// norm_rope.cu
+void rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, float eps, float* out,
+              size_t out_stride, cudaStream_t s);
+void rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads, const int32_t* pos,
+               int n_rot, float theta, cudaStream_t s);
+
+// attention.cu -- block_table is a device copy of SeqKv::block_table (n_blocks entries).
+void kv_store(const KvLayerView& kv, const int32_t* block_table, int n_blocks, const float* k, const float* v,
+              const int32_t* pos, int rows, cudaStream_t s);
+void attention(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos, int n_head,
+               const KvLayerView& kv, const int32_t* block_table, int n_blocks, float scale, float* out,
+               cudaStream_t s);
+
+// deltanet.cu
+void conv1d_silu(const float* x, size_t x_stride, int rows, int channels, const float* w, int kernel, float* state,
+                 float* out, size_t out_stride, cudaStream_t s);
+void l2_norm_heads(float* x, size_t row_stride, int rows, int n_heads, int dim, float eps, float scale,
+                   cudaStream_t s);
+void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v, cudaStream_t s);
+void gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g, const float* beta,
+                    int rows, float* S, float* out, cudaStream_t s);
+
+}  // namespace df::cuda

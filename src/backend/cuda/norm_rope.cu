@@ -1,0 +1,63 @@
+// RMSNorm and NeoX rotary embedding.
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace df::cuda {
+
+namespace {
+
+// One block per vector; the fp32 sum of squares is a block reduction (the CPU sums serially,
+// so results differ by reduction order only: ~sqrt(dim) ulp on the scale).
+__global__ void rms_norm_k(const float* x, size_t x_stride, const float* __restrict__ w, int dim, float eps,
+                           float* out, size_t out_stride) {
+  const float* xi = x + blockIdx.x * x_stride;
+  float* oi = out + blockIdx.x * out_stride;  // may equal xi: every read happens before the reduction ends
+  float ss = 0.0f;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) ss += xi[j] * xi[j];
+  const float scale = 1.0f / sqrtf(block_sum(ss) / float(dim) + eps);
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) oi[j] = xi[j] * scale * w[j];
+}
+
+// One block per row: cos/sin of the row's angles once in shared memory, then every head.
+// Angles in double like the CPU (positions reach 10^5+ and float angles lose the phase).
+__global__ void rope_neox_k(float* x, size_t row_stride, size_t head_stride, int n_heads, const int32_t* pos,
+                            int n_rot, float theta) {
+  extern __shared__ float cs_sn[];  // cos[half] then sin[half]
+  const int half = n_rot / 2;
+  const double p = pos[blockIdx.x];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const double ang = p * pow(double(theta), -2.0 * i / n_rot);
+    cs_sn[i] = float(cos(ang));
+    cs_sn[half + i] = float(sin(ang));
+  }
+  __syncthreads();
+  float* xr = x + blockIdx.x * row_stride;
+  for (int idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
+    const int h = idx / half, i = idx % half;
+    float* v = xr + h * head_stride;
+    const float c = cs_sn[i], s = cs_sn[half + i];
+    const float x0 = v[i], x1 = v[i + half];
+    v[i] = x0 * c - x1 * s;
+    v[i + half] = x1 * c + x0 * s;
+  }
+}
+
+// Threads per block for a reduction over dim elements: a multiple of 32, at most 256.
+int reduce_threads(int dim) { return std::clamp((dim + kWarp - 1) / kWarp * kWarp, kWarp, 256); }
+
+}  // namespace
+
+void rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, float eps, float* out,
+              size_t out_stride, cudaStream_t s) {
+  rms_norm_k<<<n, reduce_threads(dim), 0, s>>>(x, x_stride, w, dim, eps, out, out_stride);
+}
+
+void rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads, const int32_t* pos,
+               int n_rot, float theta, cudaStream_t s) {
+  const size_t shared = size_t(n_rot / 2) * 2 * sizeof(float);
+  rope_neox_k<<<rows, 128, shared, s>>>(x, row_stride, head_stride, n_heads, pos, n_rot, theta);
+}
+
+}  // namespace df::cuda

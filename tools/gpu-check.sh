@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: configure + build with the CUDA backend, run the CUDA tests (op by
+# op against the CPU backend, and model logits), the CPU unit tests, and print a short table.
+#
+#   tools/gpu-check.sh [LOG_DIR]      run from the repo root on the GPU machine; full logs and
+#                                     the gtest XML go to LOG_DIR (default build-gpu-check)
+#   tools/gpu-check.sh --fetch-deps   run on the (Debian 12) dev machine: downloads the build
+#                                     dependencies as .deb files into third_party/gpu-deps/
+#
+# The GPU machines reach no package registry. When third_party/gpu-deps/ holds .deb files
+# (carry that path along), they are unpacked under /tmp/deltaflash-deps (never into /) and
+# CMake finds the libraries there; otherwise the system's packages are used.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEPS_DEBS=(nlohmann-json3-dev libpcre2-dev libpcre2-8-0 libfmt-dev libfmt9 libcli11-dev libgtest-dev
+  pkgconf pkgconf-bin libpkgconf3)
+DEB_DIR=third_party/gpu-deps
+
+if [ "${1:-}" = "--fetch-deps" ]; then
+  mkdir -p "$DEB_DIR"
+  (cd "$DEB_DIR" && apt-get download "${DEPS_DEBS[@]}")
+  ls -la "$DEB_DIR"
+  exit 0
+fi
+
+LOG=${1:-build-gpu-check}
+BUILD=build-cuda
+JOBS=16
+mkdir -p "$LOG"
+LOG=$(cd "$LOG" && pwd)
+T0=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - T0 ))s"; }
+
+# --- dependencies carried as .deb files ---
+CMAKE_DEPS=()
+if compgen -G "$DEB_DIR/*.deb" >/dev/null; then
+  PREFIX=/tmp/deltaflash-deps
+  rm -rf "$PREFIX" && mkdir -p "$PREFIX"
+  for f in "$DEB_DIR"/*.deb; do
+    if command -v dpkg-deb >/dev/null; then
+      dpkg-deb -x "$f" "$PREFIX"
+    else  # a .deb is an ar archive holding data.tar.*
+      tmp=$(mktemp -d) && (cd "$tmp" && ar x "$OLDPWD/$f" && tar -xf data.tar.* -C "$PREFIX") && rm -rf "$tmp"
+    fi
+  done
+  # pkg-config files name their install prefix; point them at the unpacked copy.
+  find "$PREFIX" -name '*.pc' -exec sed -i "s|^prefix=/usr\$|prefix=$PREFIX/usr|" {} +
+  export PKG_CONFIG_PATH="$PREFIX/usr/lib/x86_64-linux-gnu/pkgconfig:$PREFIX/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  CMAKE_DEPS+=("-DCMAKE_PREFIX_PATH=$PREFIX/usr")
+  if ! command -v pkg-config >/dev/null; then
+    mkdir -p "$PREFIX/bin"
+    cat >"$PREFIX/bin/pkg-config" <<EOF
+#!/bin/sh
+LD_LIBRARY_PATH="$PREFIX/usr/lib/x86_64-linux-gnu" exec "$PREFIX/usr/bin/pkgconf" "\$@"
+EOF
+    chmod +x "$PREFIX/bin/pkg-config"
+    CMAKE_DEPS+=("-DPKG_CONFIG_EXECUTABLE=$PREFIX/bin/pkg-config")
+  fi
+  echo "gpu-check: dependencies from $DEB_DIR unpacked under $PREFIX"
+fi
+
+# --- build ---
+GEN=()
+command -v ninja >/dev/null && GEN=(-G Ninja)
+[ -f "$BUILD/CMakeCache.txt" ] && ! grep -q "CMAKE_GENERATOR:INTERNAL=${GEN[1]:-Unix Makefiles}" "$BUILD/CMakeCache.txt" && rm -rf "$BUILD"
+# The CUDA test binary first (core, CUDA library, CLI), so its results come even when an
+# unrelated target of a shared work tree does not build; then everything else.
+build_rc=0
+{
+  cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DDELTAFLASH_CUDA=ON "${CMAKE_DEPS[@]}" &&
+    cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops
+} >"$LOG/build.log" 2>&1 || build_rc=$?
+echo "gpu-check: build of test_cuda_ops rc=$build_rc ($(elapsed))"
+if [ "$build_rc" -ne 0 ]; then
+  grep -E "error|Error|FAILED|undefined" "$LOG/build.log" | head -40 || true
+  tail -30 "$LOG/build.log"
+  exit 1
+fi
+
+GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1 || true)
+
+# --- CUDA tests ---
+cuda_rc=0
+timeout 420 "$BUILD/tests/test_cuda_ops" --gtest_output="xml:$LOG/test_cuda_ops.xml" >"$LOG/test_cuda_ops.log" 2>&1 || cuda_rc=$?
+echo "gpu-check: CUDA tests rc=$cuda_rc ($(elapsed))"
+
+all_rc=0
+cmake --build "$BUILD" -j"$JOBS" >"$LOG/build_all.log" 2>&1 || all_rc=$?
+echo "gpu-check: build of all targets rc=$all_rc ($(elapsed))"
+if [ "$all_rc" -ne 0 ]; then grep -E "error|FAILED" "$LOG/build_all.log" | head -20 || true; fi
+
+# --- CPU unit tests (the CUDA ones already ran) ---
+cpu_rc=0
+timeout 300 ctest --test-dir "$BUILD" -L unit -E 'Cuda' -j"$JOBS" --timeout 240 --output-on-failure \
+  >"$LOG/ctest_cpu.log" 2>&1 || cpu_rc=$?
+echo "gpu-check: CPU unit tests rc=$cpu_rc ($(elapsed))"
+
+# --- summary ---
+count() { grep -Eo "\[  $1 +\] [0-9]+" "$2" | grep -Eo '[0-9]+$' | head -1 || true; }
+{
+  echo
+  echo "=== failures ==="
+  grep -E "^\[  FAILED  \] [A-Za-z]" "$LOG/test_cuda_ops.log" | sort -u | head -30 || true
+  grep -E "FAILED$" "$LOG/test_cuda_ops.log" | head -20 || true
+  grep -A3 -E ": Failure$" "$LOG/test_cuda_ops.log" | head -40 || true
+  grep -E "\*\*\*Failed|\*\*\*Timeout|Not Run" "$LOG/ctest_cpu.log" | head -20 || true
+  echo
+  echo "=== largest error/tolerance ratios (of $(grep -c '^\[cuda-err\]' "$LOG/test_cuda_ops.log" || true) checks) ==="
+  grep '^\[cuda-err\].*err/tol=' "$LOG/test_cuda_ops.log" | sed 's/.*err\/tol=\([^ ]*\).*/\1 &/' | sort -g -r | head -12 | cut -d' ' -f2- || true
+  echo
+  echo "=== models (CUDA vs CPU) ==="
+  grep '^\[cuda-model\]' "$LOG/test_cuda_ops.log" || true
+  echo
+  echo "=== gpu-check summary ==="
+  printf '%-22s %s\n' "GPU" "${GPU:-none found}"
+  printf '%-22s passed %s, failed %s, skipped %s (rc %s)\n' "CUDA tests" "$(count PASSED "$LOG/test_cuda_ops.log")" \
+    "$(count FAILED "$LOG/test_cuda_ops.log")" "$(count SKIPPED "$LOG/test_cuda_ops.log")" "$cuda_rc"
+  printf '%-22s rc %s\n' "build (all targets)" "$all_rc"
+  printf '%-22s %s (rc %s)\n' "CPU unit tests" "$(grep -E 'tests passed' "$LOG/ctest_cpu.log" | tail -1)" "$cpu_rc"
+  printf '%-22s %s\n' "wall time" "$(elapsed)"
+} | tee "$LOG/summary.txt"
+[ "$cuda_rc" -eq 0 ] && [ "$cpu_rc" -eq 0 ] && [ "$all_rc" -eq 0 ]
