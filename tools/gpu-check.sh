@@ -61,6 +61,9 @@ EOF
 fi
 
 # --- build ---
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  CMAKE_DEPS+=("-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc")
+fi
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 [ -f "$BUILD/CMakeCache.txt" ] && ! grep -q "CMAKE_GENERATOR:INTERNAL=${GEN[1]:-Unix Makefiles}" "$BUILD/CMakeCache.txt" && rm -rf "$BUILD"
@@ -68,6 +71,7 @@ command -v ninja >/dev/null && GEN=(-G Ninja)
 # unrelated target of a shared work tree does not build; then everything else.
 build_rc=0
 {
+  cmake --version | head -1; (nvcc --version || /usr/local/cuda/bin/nvcc --version) | tail -2; c++ --version | head -1
   cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DDELTAFLASH_CUDA=ON "${CMAKE_DEPS[@]}" &&
     cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops
 } >"$LOG/build.log" 2>&1 || build_rc=$?

@@ -78,8 +78,8 @@ template <class E>
 struct FloatKernel {
   using T = typename E::T;
   // One weight row at a time for few activation rows: sequential weight streaming.
-  static constexpr int kRows = 4, kCols = 2;
-  static constexpr int kNarrowRows = 4, kNarrowCols = 4;
+  static constexpr int kRows = 2, kCols = 2;
+  static constexpr int kNarrowRows = 1, kNarrowCols = 4;
 
   // Every pair keeps kParts sums over interleaved vectors of the row, so one row's FMAs do
   // not wait on each other, added at the end: the same operations whatever the tile shape

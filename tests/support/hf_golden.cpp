@@ -32,7 +32,8 @@ std::vector<double> read_f64_file(const std::string& path) {
 
 std::vector<std::string> golden_variant_names(const std::string& data_dir) {
   std::vector<std::string> names;
-  for (const json& v : read_json(data_dir + "/hf-golden/manifest.json")["variants"]) names.push_back(v["name"]);
+  const json manifest = read_json(data_dir + "/hf-golden/manifest.json");
+  for (const json& v : manifest["variants"]) names.push_back(v["name"]);
   return names;
 }
 
