@@ -28,10 +28,12 @@
 //                  0 < beta < 1, decay < 1); and the CPU's chunked form for chunked = true:
 //                  1e-4 of max|out| + 1e-4 relative.
 // Models: logits against the CPU backend run with the same weights dequantized to f32 (so both
-// compute in fp32 with the same math): max |d| / (1 + |ref|) < 2e-3, the bound the CPU's own
-// chunked-vs-recurrent model test uses; greedy 64-token continuations identical unless the
-// first divergence is at a recorded near-tie. Against the plain CPU backend (8-bit activations
-// for quantized weights) the relative L2 error of the logits is reported, and must stay < 0.1.
+// compute in fp32 with the same math): max |d| / (1 + |ref|) < 2e-3 with an f32 KV cache (the
+// bound the CPU's own chunked-vs-recurrent model test uses), < 5e-3 with the default f16 cache
+// (f16 rounding flips, see the test); greedy 64-token continuations (f16 cache) identical
+// unless the first divergence is at a near-tie (top-2 gap < 1e-2 (1 + |top|), twice the logit
+// bound). Against the plain CPU backend (8-bit activations for quantized weights) the relative
+// L2 error of the logits is reported, and must stay < 0.1.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -125,6 +127,9 @@ class Check {
     for (size_t i = 0; i < got.size(); ++i) {
       ++n_;
       if (float_bits(got[i]) != float_bits(want[i])) note(i, got[i], want[i], 0, "bits differ");
+      const double d = std::fabs(double(got[i]) - want[i]);
+      if (std::isfinite(d)) max_abs_ = std::max(max_abs_, d), sum_d2_ += d * d;
+      if (std::isfinite(want[i])) sum_r2_ += double(want[i]) * want[i];
     }
   }
   double max_abs() const { return max_abs_; }
@@ -789,22 +794,31 @@ TEST_P(CudaModel, LogitsAndGreedyMatchCpu) {
   auto gpu = make_cuda_backend(0);
   DequantizedCpu ref_be;
   auto cpu = make_cpu_backend(0);
-  TargetModel tg(*file, *gpu, ModelOptions{}), tr(*file, ref_be, ModelOptions{}), tc(*file, *cpu, ModelOptions{});
+  ModelOptions f16_kv, f32_kv;  // f16: the default cache; f32: both sides compute in fp32 only
+  f32_kv.kv_type = GgmlType::F32;
+  TargetModel tg(*file, *gpu, f16_kv), tr(*file, ref_be, f16_kv), tc(*file, *cpu, f16_kv);
+  TargetModel tg32(*file, *gpu, f32_kv), tr32(*file, ref_be, f32_kv);
   const int V = tg.hparams().n_vocab;
   std::vector<int32_t> prompt(40);  // >= 32 rows: the CPU takes its chunked DeltaNet path
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % size_t(V));
   constexpr int kGen = 64;
   const GreedyRun g = run_greedy(tg, prompt, kGen), r = run_greedy(tr, prompt, kGen), c = run_greedy(tc, prompt, kGen);
+  const GreedyRun g32 = run_greedy(tg32, prompt, 0), r32 = run_greedy(tr32, prompt, 0);
   const std::string tag = std::string(mc.arch) + " " + mc.type;
 
-  // Prompt logits: against the fp32 CPU (tight) and the plain CPU (8-bit activations; loose).
+  // Prompt logits. With an f32 cache both sides differ by fp32 summation order only: 2e-3, the
+  // CPU's own chunked-vs-recurrent model bound. With the f16 cache a K or V element that lands
+  // on the other side of an f16 rounding boundary moves by 2^-11 relative, which the softmax
+  // and later layers carry: 5e-3. Against the plain CPU (8-bit activations): rel L2 < 0.1.
+  const auto [mx_32, l2_32] = logit_errors(g32.prompt_logits, r32.prompt_logits);
   const auto [mx_r, l2_r] = logit_errors(g.prompt_logits, r.prompt_logits);
   const auto [mx_c, l2_c] = logit_errors(g.prompt_logits, c.prompt_logits);
   int agree = 0;
   const int rows = int(prompt.size());
   for (int i = 0; i < rows; ++i)
     agree += argmax(&g.prompt_logits[size_t(i) * V], size_t(V)) == argmax(&c.prompt_logits[size_t(i) * V], size_t(V));
-  EXPECT_LT(mx_r, 2e-3) << tag << ": prompt logits vs the f32 CPU";
+  EXPECT_LT(mx_32, 2e-3) << tag << ": prompt logits vs the f32 CPU, f32 KV cache";
+  EXPECT_LT(mx_r, 5e-3) << tag << ": prompt logits vs the f32 CPU, f16 KV cache";
   EXPECT_LT(l2_c, 0.1) << tag << ": prompt logits vs the plain CPU";
 
   // Greedy continuations: identical to the f32 CPU unless they part at a near-tie.
@@ -823,11 +837,11 @@ TEST_P(CudaModel, LogitsAndGreedyMatchCpu) {
     std::ostringstream os;
     os << " (parts at step " << dr << ", f32-CPU top-2 gap " << gap << ")";
     note = os.str();
-    EXPECT_LT(gap, 4e-3 * scale) << tag << ": greedy output diverges from the f32 CPU at step " << dr
+    EXPECT_LT(gap, 1e-2 * scale) << tag << ": greedy output diverges from the f32 CPU at step " << dr
                                  << " where the choice was not a near-tie";
   }
-  std::cout << "[cuda-model] " << std::left << std::setw(14) << tag << std::right << std::scientific << std::setprecision(2)
-            << " vs f32-cpu: max_rel=" << mx_r << " rel_l2=" << l2_r << " steps_max_rel=" << step_mx
+  std::cout << "[cuda-model] " << std::left << std::setw(17) << tag << std::right << std::scientific << std::setprecision(2)
+            << " vs f32-cpu: kv32 max_rel=" << mx_32 << " kv16 max_rel=" << mx_r << " rel_l2=" << l2_r << " steps_max_rel=" << step_mx
             << " greedy_same=" << dr << "/" << kGen << note << " | vs cpu: rel_l2=" << l2_c << " argmax "
             << agree << "/" << rows << " greedy_same=" << dc << "/" << kGen << std::defaultfloat << "\n";
 }

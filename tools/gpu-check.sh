@@ -2,8 +2,11 @@
 # One call on a GPU machine: configure + build with the CUDA backend, run the CUDA tests (op by
 # op against the CPU backend, and model logits), the CPU unit tests, and print a short table.
 #
-#   tools/gpu-check.sh [LOG_DIR]      run from the repo root on the GPU machine; full logs and
-#                                     the gtest XML go to LOG_DIR (default build-gpu-check)
+#   tools/gpu-check.sh [--memcheck] [LOG_DIR]
+#                                     run from the repo root on the GPU machine; full logs and
+#                                     the gtest XML go to LOG_DIR (default build-gpu-check).
+#                                     --memcheck also runs the op tests under compute-sanitizer
+#                                     (memcheck: bad accesses; racecheck: shared-memory races)
 #   tools/gpu-check.sh --fetch-deps   run on the (Debian 12) dev machine: downloads the build
 #                                     dependencies as .deb files into third_party/gpu-deps/
 #
@@ -17,14 +20,22 @@ DEPS_DEBS=(nlohmann-json3-dev libpcre2-dev libpcre2-8-0 libfmt-dev libfmt9 libcl
   pkgconf pkgconf-bin libpkgconf3)
 DEB_DIR=third_party/gpu-deps
 
-if [ "${1:-}" = "--fetch-deps" ]; then
+if [ "${1:-}" = "--fetch-deps" ]; then  # on the dev machine
   mkdir -p "$DEB_DIR"
   (cd "$DEB_DIR" && apt-get download "${DEPS_DEBS[@]}")
   ls -la "$DEB_DIR"
   exit 0
 fi
 
-LOG=${1:-build-gpu-check}
+MEMCHECK=0
+LOG=build-gpu-check
+for a in "$@"; do
+  case "$a" in
+    --memcheck) MEMCHECK=1 ;;
+    -*) echo "gpu-check: unknown option $a" >&2; exit 2 ;;
+    *) LOG=$a ;;
+  esac
+done
 BUILD=build-cuda
 JOBS=16
 mkdir -p "$LOG"
@@ -89,6 +100,23 @@ cuda_rc=0
 timeout 420 "$BUILD/tests/test_cuda_ops" --gtest_output="xml:$LOG/test_cuda_ops.xml" >"$LOG/test_cuda_ops.log" 2>&1 || cuda_rc=$?
 echo "gpu-check: CUDA tests rc=$cuda_rc ($(elapsed))"
 
+mem_rc=skipped
+if [ "$MEMCHECK" = 1 ]; then
+  SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+  if [ -n "$SAN" ]; then
+    mem_rc=0
+    timeout 240 "$SAN" --tool memcheck --error-exitcode 99 "$BUILD/tests/test_cuda_ops" \
+      --gtest_filter='CudaOps.*:Types/CudaMatmul.*' >"$LOG/memcheck.log" 2>&1 || mem_rc=$?
+    # Shared-memory races in the kernels that use shared memory.
+    timeout 240 "$SAN" --tool racecheck --error-exitcode 99 "$BUILD/tests/test_cuda_ops" \
+      --gtest_filter='CudaOps.KvStoreAndAttention:CudaOps.GdnDeltaRule:CudaOps.RmsNorm' >>"$LOG/memcheck.log" 2>&1 || mem_rc=$?
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG/memcheck.log" || true
+  else
+    mem_rc="no compute-sanitizer"
+  fi
+  echo "gpu-check: memcheck rc=$mem_rc ($(elapsed))"
+fi
+
 all_rc=0
 cmake --build "$BUILD" -j"$JOBS" >"$LOG/build_all.log" 2>&1 || all_rc=$?
 echo "gpu-check: build of all targets rc=$all_rc ($(elapsed))"
@@ -101,14 +129,18 @@ timeout 300 ctest --test-dir "$BUILD" -L unit -E 'Cuda' -j"$JOBS" --timeout 240 
 echo "gpu-check: CPU unit tests rc=$cpu_rc ($(elapsed))"
 
 # --- summary ---
-count() { grep -Eo "\[  $1 +\] [0-9]+" "$2" | grep -Eo '[0-9]+$' | head -1 || true; }
+count() {  # gtest prints no FAILED/SKIPPED line when there are none
+  local n
+  n=$(grep -Eo "\[  $1 +\] [0-9]+" "$2" | grep -Eo '[0-9]+$' | head -1 || true)
+  echo "${n:-0}"
+}
 {
   echo
   echo "=== failures ==="
   grep -E "^\[  FAILED  \] [A-Za-z]" "$LOG/test_cuda_ops.log" | sort -u | head -30 || true
   grep -E "FAILED$" "$LOG/test_cuda_ops.log" | head -20 || true
   grep -A3 -E ": Failure$" "$LOG/test_cuda_ops.log" | head -40 || true
-  grep -E "\*\*\*Failed|\*\*\*Timeout|Not Run" "$LOG/ctest_cpu.log" | head -20 || true
+  grep -E "\*\*\*Failed|\*\*\*Timeout|Not Run" "$LOG/ctest_cpu.log" | grep -v "(Disabled)" | head -20 || true
   echo
   echo "=== largest error/tolerance ratios (of $(grep -c '^\[cuda-err\]' "$LOG/test_cuda_ops.log" || true) checks) ==="
   grep '^\[cuda-err\].*err/tol=' "$LOG/test_cuda_ops.log" | sed 's/.*err\/tol=\([^ ]*\).*/\1 &/' | sort -g -r | head -12 | cut -d' ' -f2- || true
@@ -120,8 +152,9 @@ count() { grep -Eo "\[  $1 +\] [0-9]+" "$2" | grep -Eo '[0-9]+$' | head -1 || tr
   printf '%-22s %s\n' "GPU" "${GPU:-none found}"
   printf '%-22s passed %s, failed %s, skipped %s (rc %s)\n' "CUDA tests" "$(count PASSED "$LOG/test_cuda_ops.log")" \
     "$(count FAILED "$LOG/test_cuda_ops.log")" "$(count SKIPPED "$LOG/test_cuda_ops.log")" "$cuda_rc"
+  printf '%-22s %s\n' "memcheck (op tests)" "$mem_rc"
   printf '%-22s rc %s\n' "build (all targets)" "$all_rc"
   printf '%-22s %s (rc %s)\n' "CPU unit tests" "$(grep -E 'tests passed' "$LOG/ctest_cpu.log" | tail -1)" "$cpu_rc"
   printf '%-22s %s\n' "wall time" "$(elapsed)"
 } | tee "$LOG/summary.txt"
-[ "$cuda_rc" -eq 0 ] && [ "$cpu_rc" -eq 0 ] && [ "$all_rc" -eq 0 ]
+[ "$cuda_rc" -eq 0 ] && [ "$cpu_rc" -eq 0 ] && [ "$all_rc" -eq 0 ] && { [ "$mem_rc" = 0 ] || [ "$mem_rc" = skipped ]; }

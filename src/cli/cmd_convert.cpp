@@ -50,8 +50,9 @@ void register_convert(CLI::App& app) {
                 "ssm_a, ssm_dt and ssm_conv1d stay F32")
       ->capture_default_str();
   c->add_option("--vocab", o.vocab,
-                "Tokenizer source when HF_DIR has no tokenizer.json: FILE.gguf (copy its tokenizer.* keys) or toy "
-                "(make-model's toy vocabulary, for tests). Missing ids up to the embedding rows become [PAD<i>]");
+                "Tokenizer instead of HF_DIR's tokenizer.json (required when there is none): FILE.gguf (copy its "
+                "tokenizer.* keys) or toy (make-model's toy vocabulary, for tests). Ids up to the embedding rows that "
+                "the tokenizer lacks become [PAD<i>]");
   c->add_flag("--no-mtp", a->no_mtp,
               "Drop the MTP (multi-token prediction) block. By default it is kept as blk.<n_layer>.nextn.* with "
               "nextn_predict_layers, as llama.cpp's current converter does; inference ignores it");

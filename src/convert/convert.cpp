@@ -106,6 +106,20 @@ void check_shape(const PlannedTensor& p, const StTensor& t) {
          convert::dtype_name(t.dtype));
 }
 
+// The plan is the exact tensor list of a llama.cpp file with these hyperparameters: every entry
+// needs a source of the right shape and dtype, and every source must be used.
+void check_sources(const std::vector<PlannedTensor>& plan, const Mapped& mapped, const std::string& dir, Arch arch) {
+  for (const PlannedTensor& p : plan) {
+    const auto it = mapped.by_gguf_name.find(p.name);
+    if (it == mapped.by_gguf_name.end()) fail("{}: the checkpoint has no tensor for {}", dir, p.name);
+    check_shape(p, *it->second.tensor);
+  }
+  for (const auto& [name, src] : mapped.by_gguf_name)
+    if (std::none_of(plan.begin(), plan.end(), [&](const PlannedTensor& p) { return p.name == name; }))
+      fail("{}: tensor '{}' maps to {}, which a {} model with this config does not have", dir, src.tensor->name, name,
+           arch_name(arch));
+}
+
 // llama.cpp's --outtype auto: the dtype of the first matrix decides (bf16 stays bf16, else f16).
 std::string resolve_auto_type(const Checkpoint& ckpt) {
   for (const StTensor* t : ckpt.tensors())
@@ -146,8 +160,12 @@ TokenizerKeys load_vocab(const ConvertOptions& opt, Arch arch, int64_t n_vocab) 
   return kv;
 }
 
+// general.name: the checkpoint directory's name, as llama.cpp falls back to when the model card
+// names nothing ("." and trailing slashes resolved).
 std::string model_name(const std::string& dir) {
-  fs::path p = fs::path(dir).lexically_normal();
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(dir), ec);
+  if (ec) p = fs::absolute(dir).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
   return p.filename().string();
 }
@@ -173,22 +191,15 @@ void convert_hf(const ConvertOptions& opt) {
   if (tied && !cfg.tie_word_embeddings)
     fail("{}: no lm_head.weight, and config.json does not tie the embeddings", opt.input_dir);
 
-  // The exact tensor list of a llama.cpp file with these hyperparameters: every entry needs a
-  // source of the right shape, and every source must be used.
   std::vector<PlannedTensor> plan = modelgen::plan_tensors(hp, tied, n_vocab);
-  for (const PlannedTensor& p : plan) {
-    const auto it = mapped.by_gguf_name.find(p.name);
-    if (it == mapped.by_gguf_name.end()) fail("{}: the checkpoint has no tensor for {}", opt.input_dir, p.name);
-    check_shape(p, *it->second.tensor);
-  }
-  if (mapped.by_gguf_name.size() != plan.size())
-    for (const auto& [name, src] : mapped.by_gguf_name)
-      if (std::none_of(plan.begin(), plan.end(), [&](const PlannedTensor& p) { return p.name == name; }))
-        fail("{}: tensor '{}' maps to {}, which a {} model with this config does not have", opt.input_dir,
-             src.tensor->name, name, arch_name(hp.arch));
+  check_sources(plan, mapped, opt.input_dir, hp.arch);
 
   const modelgen::TypeSpec spec = parse_type(opt.type == "auto" ? resolve_auto_type(*ckpt) : opt.type);
   modelgen::assign_types(plan, spec, hp, log);
+  // Checked before writing: a failure inside the writer's worker threads could not be reported.
+  for (const PlannedTensor& p : plan)
+    if (!can_quantize(p.type))
+      fail("--type {}: {} would be {}, which deltaflash cannot write", opt.type, p.name, type_name(p.type));
   const TokenizerKeys vocab = load_vocab(opt, hp.arch, n_vocab);
 
   gguf::Writer w;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "convert/v_heads.h"
@@ -49,6 +50,12 @@ void apply(ValueOp op, float* x, int64_t n) {
   }
 }
 
+// A float type stored unchanged: rows are copied as bytes (bf16 -> bf16 is the common case).
+bool same_float_type(StDtype from, GgmlType to) {
+  return (from == StDtype::F32 && to == GgmlType::F32) || (from == StDtype::F16 && to == GgmlType::F16) ||
+         (from == StDtype::BF16 && to == GgmlType::BF16);
+}
+
 }  // namespace
 
 void convert_tensor(const TensorConversion& c, const HParams& hp, uint8_t* dst, ThreadPool& pool) {
@@ -61,6 +68,10 @@ void convert_tensor(const TensorConversion& c, const HParams& hp, uint8_t* dst, 
          tr.block_size);
   const size_t row_bytes = row_size(c.type, ne0);
   const Permutation perm = v_head_permutation(c.v_heads, hp, rows, ne0);
+  if (!is_float_readable(t.dtype))
+    fail("{}: tensor '{}' has dtype {}; only F32, F16, BF16 and F64 weights can be converted", t.file, t.name,
+         dtype_name(t.dtype));
+  const bool copy_bytes = same_float_type(t.dtype, c.type) && c.op == ValueOp::None && perm.cols.empty();
 
   // ~64 KiB of output per task: small tensors stay on one thread, large ones spread evenly.
   const int64_t grain = std::max<int64_t>(1, int64_t(65536 / std::max<size_t>(row_bytes, 1)));
@@ -68,6 +79,10 @@ void convert_tensor(const TensorConversion& c, const HParams& hp, uint8_t* dst, 
     std::vector<float> in(static_cast<size_t>(ne0)), out(static_cast<size_t>(ne0));
     for (int64_t r = begin; r < end; ++r) {
       const int64_t src_row = perm.rows.empty() ? r : perm.rows[size_t(r)];
+      if (copy_bytes) {
+        std::memcpy(dst + size_t(r) * row_bytes, t.data + size_t(src_row) * row_bytes, row_bytes);
+        continue;
+      }
       read_as_f32(t, src_row * ne0, ne0, in.data());
       if (perm.cols.empty()) {
         out.swap(in);

@@ -58,6 +58,9 @@ constexpr Rule kQwen3Layer[] = {
     {"self_attn.k_norm.weight", "attn_k_norm.weight"},
 };
 
+// Top level in every layout (absent when the embeddings are tied).
+constexpr Rule kLmHead = {"lm_head.weight", "output.weight"};
+
 constexpr Rule kQwen35Global[] = {
     {"embed_tokens.weight", "token_embd.weight"},
     {"norm.weight", "output_norm.weight", ValueOp::AddOne},
@@ -83,6 +86,12 @@ const Rule* find_rule(std::span<const Rule> rules, std::string_view hf_suffix) {
 }
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+bool strip_prefix(std::string_view s, std::string_view p, std::string_view& rest) {
+  if (!starts_with(s, p)) return false;
+  rest = s.substr(p.size());
+  return true;
+}
 
 // "12.rest" -> index 12, rest "rest"; false when s does not start with "<digits>.".
 bool split_index(std::string_view s, int& index, std::string_view& rest) {
@@ -118,8 +127,8 @@ MappedTensor map_mtp(const std::string& name, std::string_view rest, const HfMod
   if (!keep_mtp) return skipped("MTP (--no-mtp)");
   const int n_main = cfg.hp.n_layer;
   int j = 0;
-  std::string_view layer_rest;
-  if (starts_with(rest, "layers.") && split_index(rest.substr(7), j, layer_rest)) {
+  std::string_view indexed, layer_rest;
+  if (strip_prefix(rest, "layers.", indexed) && split_index(indexed, j, layer_rest)) {
     const Rule* r = find_rule(kQwen35Layer, layer_rest);
     if (r == nullptr) cannot_map(name, cfg);
     MappedTensor m = mapped(*r, fmt::format("blk.{}.{}", n_main + j, r->gguf));
@@ -139,15 +148,17 @@ MappedTensor map_hf_tensor(const std::string& name, const HfModelConfig& cfg, bo
   // Not weights: precomputed RoPE frequencies some exports include.
   if (n.ends_with(".rotary_emb.inv_freq")) return skipped("RoPE frequency buffer");
   if (starts_with(n, "model.visual.") || starts_with(n, "visual.")) return skipped("vision tower");
-  if (n == "lm_head.weight") return mapped(Rule{"lm_head.weight", "output.weight"}, "output.weight");
-  if (starts_with(n, "mtp.")) return map_mtp(name, n.substr(4), cfg, keep_mtp);
-  if (starts_with(n, "model.mtp.")) return map_mtp(name, n.substr(10), cfg, keep_mtp);
-  if (!starts_with(n, cfg.text_prefix)) cannot_map(name, cfg);
-  const std::string_view rest = n.substr(cfg.text_prefix.size());
+  if (n == kLmHead.hf) return mapped(kLmHead, kLmHead.gguf);
+  std::string_view mtp;
+  if (strip_prefix(n, "mtp.", mtp) || strip_prefix(n, "model.mtp.", mtp)) return map_mtp(name, mtp, cfg, keep_mtp);
+  // The text tower sits under model.language_model. in multimodal checkpoints; like llama.cpp,
+  // accept either prefix whatever the config says.
+  std::string_view rest;
+  if (!strip_prefix(n, "model.language_model.", rest) && !strip_prefix(n, "model.", rest)) cannot_map(name, cfg);
 
   int layer = 0;
-  std::string_view layer_rest;
-  if (starts_with(rest, "layers.") && split_index(rest.substr(7), layer, layer_rest)) {
+  std::string_view indexed, layer_rest;
+  if (strip_prefix(rest, "layers.", indexed) && split_index(indexed, layer, layer_rest)) {
     if (layer >= cfg.hp.n_layer) cannot_map(name, cfg);
     const Rule* r = qwen35 ? find_rule(kQwen35Layer, layer_rest) : find_rule(kQwen3Layer, layer_rest);
     if (r == nullptr) cannot_map(name, cfg);

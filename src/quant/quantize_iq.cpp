@@ -1,6 +1,7 @@
 // IQ4_NL and IQ4_XS quantizers: values come from the fixed non-linear code book kIQ4Values,
 // so each 32-element group searches a scale whose code-book snapping leaves the least
-// x^2-weighted squared error, as llama.cpp does without importance matrix. IQ4_XS then quantizes the 8 group scales to 6 signed bits.
+// x^2-weighted squared error, as llama.cpp does without importance matrix. IQ4_XS then
+// quantizes the 8 group scales to 6 signed bits and re-snaps each group to its final scale.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,7 +16,7 @@ namespace df::quant {
 
 namespace {
 
-constexpr int kTries = 16;  // candidate scales per end of the code book
+constexpr int kTries = 16;  // candidate scales per end of the code book (offsets -7..8)
 
 struct CodeBook {
   float mid[15];   // decision boundaries between neighbouring code values

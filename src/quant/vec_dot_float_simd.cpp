@@ -77,9 +77,11 @@ struct BF16 {
 template <class E>
 struct FloatKernel {
   using T = typename E::T;
-  // One weight row at a time for few activation rows: sequential weight streaming.
+  // Few activation rows (decode) stream the weights from memory: one row at a time for the
+  // 2-byte formats (a single sequential run, like the block formats), but four rows for f32,
+  // which measured nearly twice as fast (4096x4096: 1.9 ms vs 4.2 ms on one core).
   static constexpr int kRows = 2, kCols = 2;
-  static constexpr int kNarrowRows = 1, kNarrowCols = 4;
+  static constexpr int kNarrowRows = sizeof(T) == 4 ? 4 : 1, kNarrowCols = sizeof(T) == 4 ? 1 : 4;
 
   // Every pair keeps kParts sums over interleaved vectors of the row, so one row's FMAs do
   // not wait on each other, added at the end: the same operations whatever the tile shape

@@ -13,8 +13,8 @@ using DotFn = float (*)(int64_t n, const void* w, const void* a);
 using TileFn = void (*)(int64_t n, const void* w, size_t w_stride, int nr, const void* a, size_t a_stride, int nc,
                         float* out, size_t ldo);
 
-// Portable scalar kernel (the reference the SIMD kernels are tested against); nullptr for
-// types without dot support.
+// Portable scalar kernel: the path of builds without AVX2 and of types without a SIMD kernel
+// (Q4_1, Q5_1, Q2_K, Q3_K); nullptr for types without dot support.
 DotFn scalar_dot(GgmlType wt);
 
 // SIMD tile kernels of this build, nullptr where none exists (then scalar_dot is used).

@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kColsPerBlock)
       Sh[int64_t(i) * dv + j] = sij;
       o += sij * qk[i];
     }
-    out[size_t(t) * out_stride + j] = o;
+    out[size_t(t) * out_stride + size_t(h) * dv + j] = o;
   }
 }
 
