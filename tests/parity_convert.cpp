@@ -21,6 +21,7 @@
 
 #include "gguf/gguf.h"
 #include "model/target_model.h"
+#include "support/model_runs.h"
 #include "support/hf_golden.h"
 #include "support/subprocess.h"
 
@@ -39,16 +40,6 @@ std::string join(const std::vector<int32_t>& v) {
     s += std::to_string(v[i]);
   }
   return s;
-}
-
-std::vector<float> our_logits(TargetModel& tm, const std::vector<int32_t>& toks) {
-  auto st = tm.make_state(1, int(toks.size()));
-  const int seq = st->create();
-  Batch b;
-  for (size_t i = 0; i < toks.size(); ++i) b.add(seq, int(i), toks[i], true);
-  ForwardOutput out;
-  tm.forward(b, *st, out);
-  return out.logits;
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -89,7 +80,7 @@ TEST_P(ConvertParity, LlamaCppReproducesTransformers) {
     double worst_batch = 0, worst_incr = 0, worst_vs_ours = 0;
     for (size_t i = 0; i < g.sequences.size(); ++i) {
       const test::GoldenSequence& s = g.sequences[i];
-      const std::vector<float> ours = our_logits(tm, s.tokens);
+      const std::vector<float> ours = test::logits_of_all_positions(tm, s.tokens, int(s.tokens.size()));
       for (const int batch : {int(s.tokens.size()), 1}) {
         const std::string out = tmp.file("peer.f32");
         run_command(std::string(DELTAFLASH_LLAMA_PEER) + " logits " + model + " --tokens " + join(s.tokens) + " --batch " +

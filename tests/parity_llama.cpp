@@ -37,6 +37,7 @@
 #include "gguf/gguf.h"
 #include "engine/generator.h"
 #include "model/target_model.h"
+#include "support/model_runs.h"
 #include "support/subprocess.h"
 #include "tokenizer/tokenizer.h"
 
@@ -132,17 +133,7 @@ TEST_P(LlamaParity, LogitsAndGreedyMatch) {
 
     opt.kv_type = run.kv;
     TargetModel tm_kv(exact_kv ? *exact_file : *file, *backend, opt);
-    auto state = tm_kv.make_state(1, T);
-    const int seq = state->create();
-    std::vector<float> ours;
-    Batch b;
-    ForwardOutput out;
-    for (int i0 = 0; i0 < T; i0 += batch) {
-      b.clear();
-      for (int i = i0; i < std::min(T, i0 + batch); ++i) b.add(seq, i, tokens[size_t(i)], true);
-      tm_kv.forward(b, *state, out);
-      ours.insert(ours.end(), out.logits.begin(), out.logits.end());
-    }
+    const std::vector<float> ours = test::logits_of_all_positions(tm_kv, tokens, batch);
     ASSERT_EQ(ours.size(), ref.size());
 
     const double max_tol = exact_kv ? (c.f32 ? 0.005 : 0.5) : c.quantized ? 0.8 : 0.05;

@@ -25,6 +25,7 @@
 #include "gguf/gguf.h"
 #include "model/target_model.h"
 #include "quant/dequant.h"
+#include "support/model_runs.h"
 #include "support/hf_golden.h"
 #include "support/subprocess.h"
 #include "tokenizer/tokenizer.h"
@@ -94,22 +95,6 @@ std::vector<float> hf_values(const convert::Checkpoint& c, const std::string& na
   std::vector<float> v(size_t(t->n_elements()));
   convert::read_as_f32(*t, 0, t->n_elements(), v.data());
   return v;
-}
-
-// Logits of every position, `batch` tokens per forward.
-std::vector<float> run_model(TargetModel& tm, const std::vector<int32_t>& toks, int batch) {
-  auto st = tm.make_state(1, int(toks.size()));
-  const int seq = st->create();
-  std::vector<float> all;
-  Batch b;
-  ForwardOutput out;
-  for (size_t i0 = 0; i0 < toks.size(); i0 += size_t(batch)) {
-    b.clear();
-    for (size_t i = i0; i < std::min(toks.size(), i0 + size_t(batch)); ++i) b.add(seq, int(i), toks[i], true);
-    tm.forward(b, *st, out);
-    all.insert(all.end(), out.logits.begin(), out.logits.end());
-  }
-  return all;
 }
 
 // A safetensors file from (name, dtype, shape, raw bytes) entries.
@@ -192,8 +177,8 @@ TEST_P(GoldenLogits, ConvertedCheckpointReproducesTransformers) {
   double worst_batch = 0, worst_incr = 0;
   for (size_t i = 0; i < g.sequences.size(); ++i) {
     const test::GoldenSequence& s = g.sequences[i];
-    const double batch = test::max_abs_diff(run_model(tm, s.tokens, int(s.tokens.size())), s.logits);
-    const double incr = test::max_abs_diff(run_model(tm, s.tokens, 1), s.logits);
+    const double batch = test::max_abs_diff(test::logits_of_all_positions(tm, s.tokens, int(s.tokens.size())), s.logits);
+    const double incr = test::max_abs_diff(test::logits_of_all_positions(tm, s.tokens, 1), s.logits);
     EXPECT_LE(batch, bound) << "sequence " << i << " (" << s.tokens.size() << " tokens) in one batch";
     EXPECT_LE(incr, bound) << "sequence " << i << " (" << s.tokens.size() << " tokens) token by token";
     worst_batch = std::max(worst_batch, batch);
@@ -469,7 +454,7 @@ TEST(Convert, MtpBlockKeptByDefaultDroppedWithNoMtp) {
   opt.kv_type = GgmlType::F32;
   TargetModel with(*mtp, *be, opt), without(*plain, *be, opt);
   const std::vector<int32_t> toks = {0, 151, 413, 499, 224, 470, 511};
-  EXPECT_EQ(run_model(with, toks, 7), run_model(without, toks, 7));
+  EXPECT_EQ(test::logits_of_all_positions(with, toks, 7), test::logits_of_all_positions(without, toks, 7));
 }
 
 TEST(Convert, MultimodalLayoutConvertsTheTextTower) {

@@ -7,6 +7,7 @@
 
 #include "gguf/gguf.h"
 #include "model/target_model.h"
+#include "support/model_runs.h"
 #include "support/subprocess.h"
 #include "util/error.h"
 
@@ -15,21 +16,6 @@ namespace {
 
 using test::run_command;
 using test::TempDir;
-
-std::vector<float> all_logits(TargetModel& tm, const std::vector<int32_t>& toks, int batch) {
-  auto st = tm.make_state(1, int(toks.size()));
-  const int seq = st->create();
-  std::vector<float> all;
-  Batch b;
-  ForwardOutput out;
-  for (size_t i0 = 0; i0 < toks.size(); i0 += size_t(batch)) {
-    b.clear();
-    for (size_t i = i0; i < std::min(toks.size(), i0 + size_t(batch)); ++i) b.add(seq, int(i), toks[i], true);
-    tm.forward(b, *st, out);
-    all.insert(all.end(), out.logits.begin(), out.logits.end());
-  }
-  return all;
-}
 
 TEST(Model, MtpBlockDoesNotChangeMainModel) {
   TempDir dir;
@@ -44,7 +30,7 @@ TEST(Model, MtpBlockDoesNotChangeMainModel) {
   ASSERT_NE(fb->find_tensor(mtp), nullptr) << "make-model wrote no MTP block";
   EXPECT_EQ(mb.hparams().n_layer, ma.hparams().n_layer);
   const std::vector<int32_t> toks = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5};
-  EXPECT_EQ(all_logits(ma, toks, 4), all_logits(mb, toks, 4));
+  EXPECT_EQ(test::logits_of_all_positions(ma, toks, 4), test::logits_of_all_positions(mb, toks, 4));
 }
 
 TEST(Model, ChunkedPrefillMatchesTokenByTokenDecode) {
@@ -57,8 +43,8 @@ TEST(Model, ChunkedPrefillMatchesTokenByTokenDecode) {
   TargetModel tm(*f, *be, opt);
   std::vector<int32_t> toks(150);
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t((i * 37 + 11) % 200);
-  const auto a = all_logits(tm, toks, 150);  // chunked DeltaNet over 3 chunks of 64
-  const auto b = all_logits(tm, toks, 1);    // recurrent, one token per forward
+  const auto a = test::logits_of_all_positions(tm, toks, 150);  // chunked DeltaNet over 3 chunks of 64
+  const auto b = test::logits_of_all_positions(tm, toks, 1);    // recurrent, one token per forward
   ASSERT_EQ(a.size(), b.size());
   double max_rel = 0;
   for (size_t i = 0; i < a.size(); ++i) max_rel = std::max(max_rel, std::abs(double(a[i]) - b[i]) / (1 + std::abs(double(b[i]))));
@@ -75,7 +61,7 @@ TEST(Model, TwoSequencesInOneBatchMatchSeparateRuns) {
   auto be = make_cpu_backend(2);
   TargetModel tm(*f, *be, ModelOptions{});
   const std::vector<int32_t> x = {5, 6, 7, 8, 9, 10, 11}, y = {100, 90, 80};
-  const auto ax = all_logits(tm, x, 7), ay = all_logits(tm, y, 3);
+  const auto ax = test::logits_of_all_positions(tm, x, 7), ay = test::logits_of_all_positions(tm, y, 3);
   auto st = tm.make_state(2, 32);
   const int sx = st->create(), sy = st->create();
   Batch b;
