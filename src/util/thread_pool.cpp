@@ -38,21 +38,22 @@ void ThreadPool::worker_loop(int index) {
     }
     seen = gen;
     if (stop_.load()) return;
-    (*job_)(index);
+    job_call_(job_ctx_, index);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
 }
 
-void ThreadPool::run(const std::function<void(int)>& fn) {
+void ThreadPool::run_impl(void* ctx, void (*call)(void*, int)) {
   if (n_threads_ == 1) {
-    fn(0);
+    call(ctx, 0);
     return;
   }
-  job_ = &fn;
+  job_ctx_ = ctx;
+  job_call_ = call;
   pending_.store(n_threads_ - 1, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
-  fn(0);
+  call(ctx, 0);
   for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
     if (spin < kSpinIterations) {
       _mm_pause();
@@ -61,24 +62,6 @@ void ThreadPool::run(const std::function<void(int)>& fn) {
       if (p != 0) pending_.wait(p, std::memory_order_acquire);
     }
   }
-  job_ = nullptr;
-}
-
-void ThreadPool::parallel_for(int64_t n, int64_t grain,
-                              const std::function<void(int64_t, int64_t, int)>& fn) {
-  if (n <= 0) return;
-  grain = std::max<int64_t>(grain, 1);
-  const int64_t max_parts = (n + grain - 1) / grain;
-  const int parts = int(std::min<int64_t>(n_threads_, max_parts));
-  if (parts <= 1) {
-    fn(0, n, 0);
-    return;
-  }
-  run([&](int t) {
-    if (t >= parts) return;
-    const int64_t begin = n * t / parts, end = n * (t + 1) / parts;
-    if (begin < end) fn(begin, end, t);
-  });
 }
 
 }  // namespace df
