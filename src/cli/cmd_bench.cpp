@@ -20,7 +20,8 @@ namespace {
 
 struct BenchArgs {
   std::string model;
-  int n_prompt = 512, n_gen = 128, threads = 0, reps = 5, batch = 512;
+  int n_prompt = 512, n_gen = 128, reps = 5, batch = 512;
+  LoadOptions load;
   bool json = false;
 };
 
@@ -36,7 +37,10 @@ double median(std::vector<double> v) {
 
 void bench(const BenchArgs& a) {
   if (a.n_prompt < 1 || a.n_gen < 1 || a.reps < 1) fail("-p, -n and --reps must be at least 1");
-  LoadedModel m = load_model(a.model, a.threads, std::min(a.batch, a.n_prompt), !a.json);
+  LoadOptions lo = a.load;
+  lo.max_batch_rows = std::min(a.batch, a.n_prompt);
+  lo.progress = !a.json;
+  LoadedModel m = load_model(a.model, lo);
   Generator gen(*m.model, m.tokenizer.get(), a.n_prompt + a.n_gen + 1);
   std::mt19937 rng(42);
   const int n_vocab = std::min(m.model->hparams().n_vocab, m.tokenizer->n_vocab());
@@ -62,10 +66,11 @@ void bench(const BenchArgs& a) {
     }
     tg.push_back(a.n_gen / seconds_since(t0));
   }
-  const int threads = a.threads > 0 ? a.threads : int(std::thread::hardware_concurrency());
+  const int threads = a.load.threads > 0 ? a.load.threads : int(std::thread::hardware_concurrency());
+  const std::string device = m.backend->name();
   if (a.json) {
     nlohmann::json j = {{"model", a.model},   {"n_prompt", a.n_prompt},        {"n_gen", a.n_gen},
-                        {"threads", threads}, {"reps", a.reps},                {"prompt_tok_s", median(pp)},
+                        {"threads", threads}, {"device", device}, {"reps", a.reps},                {"prompt_tok_s", median(pp)},
                         {"gen_tok_s", median(tg)}, {"prompt_tok_s_all", pp}, {"gen_tok_s_all", tg}};
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -83,7 +88,7 @@ void register_bench(CLI::App& app) {
   c->add_option("-m,--model", a->model, "Model file (GGUF)")->required()->check(CLI::ExistingFile);
   c->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens")->capture_default_str();
   c->add_option("-n,--n-gen", a->n_gen, "Generated tokens")->capture_default_str();
-  c->add_option("-t,--threads", a->threads, "CPU threads (0 = all cores)")->capture_default_str();
+  add_backend_flags(c, a->load);
   c->add_option("-r,--reps", a->reps, "Repetitions (the median is reported)")->capture_default_str();
   c->add_option("-b,--batch", a->batch, "Prefill chunk size")->capture_default_str();
   c->add_flag("--json", a->json, "Print one JSON object");

@@ -14,12 +14,15 @@ namespace {
 
 struct LogitsArgs {
   std::string model, tokens, prompt, out;
-  int batch = 512, threads = 0;
-  std::string kv_type = "f16";
+  int batch = 512;
+  LoadOptions load;
 };
 
 void logits(const LogitsArgs& a) {
-  LoadedModel m = load_model(a.model, a.threads, std::max(1, a.batch), false, a.kv_type);
+  LoadOptions lo = a.load;
+  lo.max_batch_rows = std::max(1, a.batch);
+  lo.progress = false;
+  LoadedModel m = load_model(a.model, lo);
   const std::vector<int32_t> toks = a.tokens.empty() ? m.tokenizer->encode(a.prompt, true) : parse_token_list(a.tokens);
   if (toks.empty()) fail("no tokens to evaluate");
   if (a.batch < 1) fail("--batch must be at least 1");
@@ -53,9 +56,8 @@ void register_logits(CLI::App& app) {
   auto* p = c->add_option("-p,--prompt", a->prompt, "Text to tokenize (special tokens parsed)");
   t->excludes(p);
   c->add_option("--batch", a->batch, "Tokens per forward (1 = pure incremental decode)")->capture_default_str();
-  c->add_option("-t,--threads", a->threads, "CPU threads (0 = all cores)")->capture_default_str();
+  add_backend_flags(c, a->load);
   c->add_option("--out", a->out, "Output file")->required();
-  c->add_option("--kv-type", a->kv_type, "KV cache type: f16 or f32")->capture_default_str();
   c->callback([a] {
     if (a->tokens.empty() && a->prompt.empty()) throw CLI::ValidationError("logits", "give --tokens or -p");
     logits(*a);

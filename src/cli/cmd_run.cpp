@@ -19,7 +19,7 @@ namespace {
 struct RunArgs {
   std::string model, prompt, system;
   int n_predict = 128;
-  int threads = 0;
+  LoadOptions load;
   int ctx = 4096;
   int batch = 512;
   bool chat = false, stats_json = false;
@@ -29,7 +29,9 @@ struct RunArgs {
 };
 
 void run(const RunArgs& a) {
-  LoadedModel m = load_model(a.model, a.threads, a.batch, true);
+  LoadOptions lo = a.load;
+  lo.max_batch_rows = a.batch;
+  LoadedModel m = load_model(a.model, lo);
   const std::string text = a.chat ? chatml_prompt(a.system, a.prompt) : a.prompt;
   const std::vector<int32_t> prompt = m.tokenizer->encode(text, true);
   if (prompt.empty()) fail("the prompt is empty after tokenization");
@@ -70,7 +72,7 @@ void run(const RunArgs& a) {
                         {"prefill_tok_s", st.prefill_tok_s()},      {"decode_tok_s", st.decode_tok_s()},
                         {"prefill_seconds", st.prefill_seconds},    {"decode_seconds", st.decode_seconds},
                         {"finish_reason", st.finish_reason},        {"seed", opt.sampling.seed},
-                        {"threads", a.threads}};
+                        {"device", m.backend->name()}};
     std::fprintf(stderr, "%s\n", j.dump().c_str());
   } else {
     std::fprintf(stderr, "[prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s | %s | seed %llu]\n",
@@ -100,7 +102,7 @@ void register_run(CLI::App& app) {
   c->add_option("--penalty-last-n", a->sp.penalty_last_n, "Recent tokens the penalties look at")->capture_default_str();
   c->add_flag("--chat", a->chat, "Wrap the prompt as a chat turn (ChatML)");
   c->add_option("--system", a->system, "System prompt (with --chat)");
-  c->add_option("-t,--threads", a->threads, "CPU threads (0 = all cores)")->capture_default_str();
+  add_backend_flags(c, a->load);
   c->add_option("-c,--ctx", a->ctx, "Context size in tokens")->capture_default_str();
   c->add_option("-b,--batch", a->batch, "Prefill chunk size in tokens")->capture_default_str();
   c->add_flag("--stats-json", a->stats_json, "Print the closing stats as one JSON object on stderr");

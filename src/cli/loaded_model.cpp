@@ -1,5 +1,7 @@
 #include "cli/loaded_model.h"
 
+#include <CLI/CLI.hpp>
+
 #include <charconv>
 
 #include "util/error.h"
@@ -33,21 +35,44 @@ LoadedModel load_tokenizer(const std::string& path) {
   return m;
 }
 
-LoadedModel load_model(const std::string& path, int threads, int max_batch_rows, bool show_progress,
-                       const std::string& kv_type) {
-  LoadedModel m = load_tokenizer(path);
-  page_in(*m.file, show_progress);
-  m.backend = make_cpu_backend(threads);
-  ModelOptions opt;
-  opt.max_batch_rows = max_batch_rows;
-  if (kv_type == "f16") {
-    opt.kv_type = GgmlType::F16;
-  } else if (kv_type == "f32") {
-    opt.kv_type = GgmlType::F32;
-  } else {
-    fail("--kv-type must be f16 or f32, not '{}'", kv_type);
+std::unique_ptr<Backend> make_backend(const LoadOptions& opt) {
+  std::string dev = opt.device;
+  if (dev == "auto") dev = cuda_device_count() > 0 ? "cuda" : "cpu";
+  if (dev == "cpu") return make_cpu_backend(opt.threads);
+  if (dev == "cuda" || dev.rfind("cuda:", 0) == 0) {
+    int index = 0;
+    if (dev.size() > 5) {
+      const char* b = dev.data() + 5;
+      auto [end, ec] = std::from_chars(b, dev.data() + dev.size(), index);
+      if (ec != std::errc() || end != dev.data() + dev.size() || index < 0) fail("--device '{}': bad GPU index", opt.device);
+    }
+    const int n = cuda_device_count();
+    if (index >= n) fail("--device '{}': {} CUDA device(s) available", opt.device, n);
+    return make_cuda_backend(index);
   }
-  m.model = std::make_unique<TargetModel>(*m.file, *m.backend, opt);
+  fail("--device must be auto, cpu, cuda or cuda:N, not '{}'", opt.device);
+}
+
+void add_backend_flags(CLI::App* cmd, LoadOptions& opt) {
+  cmd->add_option("--device", opt.device, "auto (cuda when a GPU is present), cpu, cuda or cuda:N")->capture_default_str();
+  cmd->add_option("-t,--threads", opt.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--kv-type", opt.kv_type, "KV cache type: f16 or f32 (exact)")->capture_default_str();
+}
+
+LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
+  ModelOptions mo;
+  mo.max_batch_rows = opt.max_batch_rows;
+  if (opt.kv_type == "f16") {
+    mo.kv_type = GgmlType::F16;
+  } else if (opt.kv_type == "f32") {
+    mo.kv_type = GgmlType::F32;
+  } else {
+    fail("--kv-type must be f16 or f32, not '{}'", opt.kv_type);
+  }
+  LoadedModel m = load_tokenizer(path);
+  m.backend = make_backend(opt);
+  page_in(*m.file, opt.progress);
+  m.model = std::make_unique<TargetModel>(*m.file, *m.backend, mo);
   return m;
 }
 

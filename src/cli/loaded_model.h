@@ -9,6 +9,10 @@
 #include "model/target_model.h"
 #include "tokenizer/tokenizer.h"
 
+namespace CLI {
+class App;
+}
+
 namespace df::cli {
 
 struct LoadedModel {
@@ -18,10 +22,19 @@ struct LoadedModel {
   std::unique_ptr<TargetModel> model;
 };
 
-// threads: 0 = all cores. max_batch_rows bounds the prefill chunk.
-// kv_type: "f16" (default) or "f32".
-LoadedModel load_model(const std::string& path, int threads, int max_batch_rows, bool show_progress,
-                       const std::string& kv_type = "f16");
+// How run, bench and logits open a model; the flags are registered by add_backend_flags.
+struct LoadOptions {
+  std::string device = "auto";  // auto (cuda when a GPU is present, else cpu) | cpu | cuda[:N]
+  int threads = 0;              // CPU threads, 0 = all cores
+  std::string kv_type = "f16";  // KV cache storage: f16 | f32
+  int max_batch_rows = 512;     // largest prefill chunk
+  bool progress = true;         // progress bar while loading
+};
+
+// Adds --device, --threads and --kv-type to a subcommand.
+void add_backend_flags(CLI::App* cmd, LoadOptions& opt);
+
+LoadedModel load_model(const std::string& path, const LoadOptions& opt);
 // Only the file and tokenizer (tokenize/inspect need no weights).
 LoadedModel load_tokenizer(const std::string& path);
 
