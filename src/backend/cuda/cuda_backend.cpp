@@ -37,6 +37,7 @@ CudaBackend::~CudaBackend() {
   for (void* p : weights_) cudaFree(p);
   cudaFree(table_dev_);
   cudaFree(bounce_);
+  cudaFree(many_scratch_);
   cudaStreamDestroy(as_stream(stream_));
 }
 
@@ -145,6 +146,27 @@ const int32_t* CudaBackend::device_block_table(const SeqKv& seq) {
 void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
   if (rows <= 0 || w.n_out <= 0) return;
   enter();
+  if (rows > cuda::kManyRows && cuda::matmul_many_supports(w)) {  // prefill: dequantize W, then a tiled product
+    const size_t need = cuda::matmul_many_scratch(w, rows);
+    if (many_scratch_cap_ < need) {
+      check(cudaStreamSynchronize(as_stream(stream_)), "matmul (pending work)");
+      check(cudaFree(many_scratch_), "cudaFree");
+      many_scratch_ = nullptr;
+      many_scratch_cap_ = 0;
+      void* p = nullptr;
+      const cudaError_t e = cudaMalloc(&p, need * sizeof(float));
+      if (e != cudaSuccess) {
+        cudaGetLastError();  // clear it
+        fail("out of GPU memory allocating {} bytes of matmul scratch on CUDA device {} ({})", need * sizeof(float),
+             device_, cudaGetErrorString(e));
+      }
+      many_scratch_ = static_cast<float*>(p);
+      many_scratch_cap_ = need;
+    }
+    cuda::matmul_many(w, x, rows, y, many_scratch_, as_stream(stream_));
+    check_launch("matmul");
+    return;
+  }
   if (!cuda::matmul(w, x, rows, y, as_stream(stream_)))
     fail("the CUDA backend cannot multiply with weights of type {}", type_name(w.type));
   check_launch("matmul");

@@ -14,6 +14,14 @@ namespace df::cuda {
 // matmul.cu -- y = x W^T for every supported weight type; false if the type has no kernel.
 bool matmul(const Weight& w, const float* x, int rows, float* y, cudaStream_t s);
 bool matmul_supports(GgmlType t);
+// The multi-row path (rows > kManyRows, block formats; see matmul.cu): W dequantized to f32 slice
+// by slice into `scratch` (matmul_many_scratch floats, at most ~kManyScratchFloats plus x), then
+// an fp32 product whose sums are bit-identical to matmul's for every row count.
+constexpr int kManyRows = 16;
+constexpr size_t kManyScratchFloats = size_t(1) << 28;  // 1 GiB of W per slice
+bool matmul_many_supports(const Weight& w);
+size_t matmul_many_scratch(const Weight& w, int rows);
+void matmul_many(const Weight& w, const float* x, int rows, float* y, float* scratch, cudaStream_t s);
 
 // elementwise.cu
 bool embed(const Weight& table, const int32_t* tokens, int rows, float* out, cudaStream_t s);

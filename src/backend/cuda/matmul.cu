@@ -12,8 +12,19 @@
 // staging through shared memory, bit-identical sums, ~410-730 GB/s for Q4_K/Q5_K/Q6_K/Q8_0 on an
 // H200 (IQ4_XS ~210): now bound by dequant instructions, not by memory. Next: integer dot of the
 // quants with per-sub-block scale (fewer float ops), several rows per warp, a rows <= 16 variant.
+//
+// rows > kManyRows (prefill, block formats): matmul_many below. W is dequantized slice by slice
+// into f32 scratch (deq32, so exact values) and x copied next to it, both chunk-interleaved: in
+// each run of 32 chunks (1024 elements) element e of chunk kb*32 + l sits at kb*1024 + e*width + l
+// (width = the run's chunk count, 32 but in the last run), so the lane that owns chunk class l
+// reads coalesced words. gemm_chunked then sums exactly like matmul_blocks -- lane l takes chunks
+// l, l + 32, ... in order, an fmaf chain from 0 per chunk added into its accumulator, then
+// warp_sum -- so every row's result is bit-identical whatever the row count (batching never
+// changes a sequence's numbers), while each warp does 8 outputs x 8 rows from registers.
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/kernels.h"
+
+#include <algorithm>
 
 namespace df::cuda {
 
@@ -205,7 +216,136 @@ __global__ void __launch_bounds__(kMvWarps* kWarp)
   if (lane == 0) y[o] = acc;
 }
 
+
+// --- multi-row path (see the top of the file) ---
+constexpr int kGemmOut = 8;    // outputs per warp tile
+constexpr int kGemmRows = 8;   // activation rows per warp tile
+constexpr int kGemmWarps = 4;  // warps per block: same outputs, consecutive row tiles
+constexpr int kDqThreads = 256;
+
+__device__ __forceinline__ int64_t interleaved(int64_t n_chunks, int64_t c, int e) {
+  const int64_t kb = c / 32;
+  const int64_t width = min(int64_t(32), n_chunks - kb * 32);
+  return kb * 1024 + e * width + (c % 32);
+}
+
+// One thread per 32-element chunk of rows [0, n) of w; consecutive threads write consecutive words.
+template <GgmlType T>
+__global__ void __launch_bounds__(kDqThreads)
+    dequant_interleaved(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_chunks, int64_t total_chunks,
+                        float* __restrict__ dst) {
+  const int64_t i = int64_t(blockIdx.x) * kDqThreads + threadIdx.x;
+  if (i >= total_chunks) return;
+  const int64_t o = i / n_chunks, c = i % n_chunks;
+  float v[32];
+  deq32<T>(w + o * row_bytes, c, v);
+  float* d = dst + o * n_chunks * 32;
+#pragma unroll
+  for (int e = 0; e < 32; ++e) d[interleaved(n_chunks, c, e)] = v[e];
+}
+
+__global__ void interleave_rows(const float* __restrict__ x, int64_t n_chunks, int64_t total, float* __restrict__ dst) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const int64_t n_in = n_chunks * 32;
+  const int64_t r = i / n_in, k = i % n_in;
+  dst[r * n_in + interleaved(n_chunks, k / 32, int(k % 32))] = x[i];
+}
+
+// y[r][o] for o < n, r < rows (y has row stride y_stride); w and x interleaved as above.
+__global__ void __launch_bounds__(kGemmWarps* kWarp)
+    gemm_chunked(const float* __restrict__ w, int64_t n_chunks, int64_t n, const float* __restrict__ x, int rows,
+                 float* __restrict__ y, int64_t y_stride) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int64_t o0 = int64_t(blockIdx.y) * kGemmOut;
+  const int r0 = (blockIdx.x * kGemmWarps + warp) * kGemmRows;
+  if (r0 >= rows) return;  // whole warp
+  const int64_t n_in = n_chunks * 32;
+  const float* wp[kGemmOut];
+  const float* xp[kGemmRows];
+#pragma unroll
+  for (int i = 0; i < kGemmOut; ++i) wp[i] = w + min(o0 + i, n - 1) * n_in;  // tails: computed, not stored
+#pragma unroll
+  for (int j = 0; j < kGemmRows; ++j) xp[j] = x + int64_t(min(r0 + j, rows - 1)) * n_in;
+  float acc[kGemmOut][kGemmRows];
+#pragma unroll
+  for (int i = 0; i < kGemmOut; ++i)
+#pragma unroll
+    for (int j = 0; j < kGemmRows; ++j) acc[i][j] = 0.0f;
+  for (int64_t kb = 0; kb * 32 < n_chunks; ++kb) {
+    const int width = int(min(int64_t(32), n_chunks - kb * 32));
+    if (lane < width) {
+      const int64_t base = kb * 1024 + lane;
+      float s[kGemmOut][kGemmRows];
+#pragma unroll
+      for (int i = 0; i < kGemmOut; ++i)
+#pragma unroll
+        for (int j = 0; j < kGemmRows; ++j) s[i][j] = 0.0f;
+#pragma unroll 2
+      for (int e = 0; e < 32; ++e) {
+        const int64_t at = base + int64_t(e) * width;
+        float wv[kGemmOut], xv[kGemmRows];
+#pragma unroll
+        for (int i = 0; i < kGemmOut; ++i) wv[i] = wp[i][at];
+#pragma unroll
+        for (int j = 0; j < kGemmRows; ++j) xv[j] = __ldg(xp[j] + at);
+#pragma unroll
+        for (int i = 0; i < kGemmOut; ++i)
+#pragma unroll
+          for (int j = 0; j < kGemmRows; ++j) s[i][j] = fmaf(wv[i], xv[j], s[i][j]);
+      }
+#pragma unroll
+      for (int i = 0; i < kGemmOut; ++i)
+#pragma unroll
+        for (int j = 0; j < kGemmRows; ++j) acc[i][j] += s[i][j];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kGemmOut; ++i)
+#pragma unroll
+    for (int j = 0; j < kGemmRows; ++j) {
+      const float t = warp_sum(acc[i][j]);
+      if (lane == 0 && o0 + i < n && r0 + j < rows) y[int64_t(r0 + j) * y_stride + o0 + i] = t;
+    }
+}
+
+// Output rows per slice: the W slice fits kManyScratchFloats and one launch's grid.y.
+int64_t many_slice(const Weight& w) {
+  const int64_t by_scratch = std::max<int64_t>(1, int64_t(kManyScratchFloats) / w.n_in);
+  return std::min({w.n_out, by_scratch, int64_t(65535) * kGemmOut});
+}
+
 }  // namespace
+
+bool matmul_many_supports(const Weight& w) {
+  return !is_float_format(w.type) && w.n_in % 32 == 0 && w.n_in > 0 && dispatch_weight_type(w.type, [](auto) {});
+}
+
+size_t matmul_many_scratch(const Weight& w, int rows) {
+  return size_t(many_slice(w)) * size_t(w.n_in) + size_t(rows) * size_t(w.n_in);
+}
+
+void matmul_many(const Weight& w, const float* x, int rows, float* y, float* scratch, cudaStream_t s) {
+  const int64_t n_chunks = w.n_in / 32, slice = many_slice(w);
+  float* ws = scratch;
+  float* xs = scratch + size_t(slice) * size_t(w.n_in);
+  const int64_t nx = int64_t(rows) * w.n_in;
+  interleave_rows<<<ceil_div(nx, 256), 256, 0, s>>>(x, n_chunks, nx, xs);
+  const auto* wd = static_cast<const uint8_t*>(w.data);
+  for (int64_t o0 = 0; o0 < w.n_out; o0 += slice) {
+    const int64_t n = std::min(slice, w.n_out - o0);
+    dispatch_weight_type(w.type, [&](auto tag) {
+      constexpr GgmlType T = decltype(tag)::value;
+      if constexpr (!is_float_format(T)) {
+        const int64_t total = n * n_chunks;
+        dequant_interleaved<T><<<ceil_div(total, kDqThreads), kDqThreads, 0, s>>>(wd + size_t(o0) * w.row_bytes,
+                                                                                   w.row_bytes, n_chunks, total, ws);
+      }
+    });
+    const dim3 grid(ceil_div(rows, kGemmRows * kGemmWarps), ceil_div(n, kGemmOut));
+    gemm_chunked<<<grid, kGemmWarps * kWarp, 0, s>>>(ws, n_chunks, n, xs, rows, y + o0, w.n_out);
+  }
+}
 
 bool matmul_supports(GgmlType t) {
   return dispatch_weight_type(t, [](auto) {});
