@@ -355,7 +355,8 @@ class CudaMatmul : public CudaOps, public ::testing::WithParamInterface<GgmlType
 TEST_P(CudaMatmul, AgainstExactAndCpu) {
   const GgmlType t = GetParam();
   const bool fl = type_traits(t).block_size == 1;
-  std::vector<MatmulCase> cases = {{256, 37, 1}, {1280, 130, 7}, {4096, 67, 17}, {512, 5, 40}, {256, 1, 16}, {768, 33, 2}};
+  std::vector<MatmulCase> cases = {{256, 37, 1}, {1280, 130, 7}, {4096, 67, 17}, {512, 5, 40}, {256, 1, 16}, {768, 33, 2},
+                                   {1280, 130, 33}, {5120, 70, 70}};  // > 16 rows: the tiled prefill kernel
   if (fl) cases.push_back({301, 37, 3}), cases.push_back({1, 5, 2}), cases.push_back({33, 9, 16});
   const bool has_min = t == GgmlType::Q4_1 || t == GgmlType::Q5_1;
   uint64_t seed = 1000 + uint64_t(t) * 100;
