@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_map>
 
 #include "util/error.h"
 
@@ -26,9 +25,15 @@ void Sampler::prepare(std::span<const float> logits) {
     if (id >= 0 && id < n) cand_[size_t(id)].logit += bias;
   const bool penalties = p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
   if (penalties && !recent_.empty()) {
-    std::unordered_map<int32_t, int> counts;
-    for (int32_t t : recent_) counts[t]++;
-    for (const auto& [id, count] : counts) {
+    // Count occurrences by sorting a reused copy of the window (no allocation per token).
+    window_.assign(recent_.begin(), recent_.end());
+    std::sort(window_.begin(), window_.end());
+    for (size_t i = 0; i < window_.size();) {
+      size_t j = i;
+      while (j < window_.size() && window_[j] == window_[i]) ++j;
+      const int32_t id = window_[i];
+      const int count = int(j - i);
+      i = j;
       if (id < 0 || id >= n) continue;
       float& l = cand_[size_t(id)].logit;
       l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;

@@ -45,6 +45,7 @@ class Sampler {
   int n_sampleable_;
   std::mt19937_64 rng_;
   std::deque<int32_t> recent_;
+  std::vector<int32_t> window_;  // scratch for counting recent tokens
   struct Cand {
     int32_t id;
     float logit;

@@ -41,7 +41,7 @@ HParams HParams::from_gguf(const gguf::File& f) {
   hp.rope_theta = f.get_f32_or(key(a, "rope.freq_base"), a == Arch::Qwen35 ? 1e7f : 1e6f);
   hp.rms_eps = f.get_f32(key(a, "attention.layer_norm_rms_epsilon"));
   if (a == Arch::Qwen35) {
-    if (const auto* v = f.find(key(a, "rope.dimension_sections")); v != nullptr) {
+    if (f.has(key(a, "rope.dimension_sections"))) {
       for (int64_t s : f.get_int_array(key(a, "rope.dimension_sections"))) hp.rope_sections.push_back(int32_t(s));
     }
     hp.full_attn_interval = int(f.get_u32_or(key(a, "full_attention_interval"), 4));

@@ -26,9 +26,9 @@ int RecurrentPool::alloc_slot() {
 void RecurrentPool::free_slot(int slot) { free_.push_back(slot); }
 
 void RecurrentPool::clear_slot(int slot) {
-  if (slot_floats_ == 0) return;
-  if (zeros_.size() < slot_floats_) zeros_.assign(slot_floats_, 0.0f);
-  be_.upload(base_ + slot_offset(slot), zeros_.data(), slot_floats_ * sizeof(float));
+  // One layer of zeros at a time: a whole slot is 144 MB for a 27B model.
+  if (zeros_.size() < layer_floats_) zeros_.assign(layer_floats_, 0.0f);
+  for (int l = 0; l < n_layers_; ++l) be_.upload(state(slot, l), zeros_.data(), layer_floats_ * sizeof(float));
 }
 
 }  // namespace df
