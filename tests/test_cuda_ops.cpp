@@ -666,6 +666,9 @@ class DequantizedCpu final : public Backend {
   void upload(void* d, const void* s, size_t b) override { cpu_->upload(d, s, b); }
   void download(void* d, const void* s, size_t b) override { cpu_->download(d, s, b); }
   void copy(void* d, const void* s, size_t b) override { cpu_->copy(d, s, b); }
+  void copy_2d(void* d, size_t dp, const void* s, size_t sp, size_t rb, int rows) override {
+    cpu_->copy_2d(d, dp, s, sp, rb, rows);
+  }
   void synchronize() override { cpu_->synchronize(); }
   const void* weight_data(const void* h, size_t b) override { return cpu_->weight_data(h, b); }
   void matmul(const Weight& w, const float* x, int rows, float* y) override {
@@ -708,8 +711,8 @@ class DequantizedCpu final : public Backend {
     cpu_->gdn_gates(b, a, c, d, rows, nv);
   }
   void gdn_delta_rule(const GdnShape& sh, const float* qkv, size_t qs, const float* g, const float* beta, int rows,
-                      float* S, float* out, bool chunked) override {
-    cpu_->gdn_delta_rule(sh, qkv, qs, g, beta, rows, S, out, chunked);
+                      float* S, float* out, bool chunked, float* row_states) override {
+    cpu_->gdn_delta_rule(sh, qkv, qs, g, beta, rows, S, out, chunked, row_states);
   }
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int nh, int dim, float eps) override {
     cpu_->gated_rms_norm(x, z, w, rows, nh, dim, eps);

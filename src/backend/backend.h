@@ -56,6 +56,11 @@ class Backend {
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // Copies `rows` rows of row_bytes bytes: row r from src + r * src_pitch to dst + r * dst_pitch
+  // (regions must not overlap). Used to gather and scatter strided rows (drafter features,
+  // conv-window checkpoints).
+  virtual void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                       int rows) = 0;
   virtual void synchronize() = 0;
   // Makes weight bytes from the (mapped) file usable by ops. The CPU backend reads the mapping
   // in place; a GPU backend uploads. The file must outlive the backend's use of the result.
@@ -109,8 +114,12 @@ class Backend {
   // qkv rows (stride qkv_stride) hold [q (n_k*d_k) | k (n_k*d_k) | v (n_v*d_v)], q and k already
   // L2-normalised (q also scaled). g, beta: rows × n_v. out: rows × n_v*d_v.
   // chunked = true uses the chunked (parallel) form; both give the same result to fp32 round-off.
+  // row_states (nullable, recurrent form only): the state after row t is also written to
+  // row_states + t * shape.state_floats() — the per-row checkpoints speculative verification
+  // commits from, so rolling back to any accepted prefix is a copy, never a replay.
   virtual void gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
-                              const float* beta, int rows, float* S, float* out, bool chunked) = 0;
+                              const float* beta, int rows, float* S, float* out, bool chunked,
+                              float* row_states = nullptr) = 0;
   // out[r][h] = rms_norm(x[r][h]; w, eps) * silu(z[r][h]) per value head (w shared by heads).
   virtual void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                               float eps) = 0;

@@ -21,6 +21,13 @@ void CpuBackend::upload(void* dst, const void* src, size_t bytes) { std::memcpy(
 void CpuBackend::download(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void CpuBackend::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
 
+void CpuBackend::copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                         int rows) {
+  for (int r = 0; r < rows; ++r)
+    std::memcpy(static_cast<char*>(dst) + size_t(r) * dst_pitch, static_cast<const char*>(src) + size_t(r) * src_pitch,
+                row_bytes);
+}
+
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
 
 }  // namespace df

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/simd.h"
+#include "util/error.h"
 
 namespace df {
 
@@ -29,7 +30,9 @@ struct HeadIo {
   size_t out_stride;
 };
 
-void recurrent_head(const GdnShape& sh, const HeadIo& io, int h, int rows, float* S) {
+// row_states (nullable): this head's state after row t goes to row_states + t * row_state_stride.
+void recurrent_head(const GdnShape& sh, const HeadIo& io, int h, int rows, float* S, float* row_states,
+                    size_t row_state_stride) {
   const int dk = sh.d_k, dv = sh.d_v;
   float m[kMaxHeadDim], delta[kMaxHeadDim];  // no allocation on the decode path
   for (int t = 0; t < rows; ++t) {
@@ -59,6 +62,7 @@ void recurrent_head(const GdnShape& sh, const HeadIo& io, int h, int rows, float
         o[j] += Si[j] * qi;
       }
     }
+    if (row_states) std::copy_n(S, size_t(dk) * dv, row_states + size_t(t) * row_state_stride);
   }
 }
 
@@ -142,8 +146,10 @@ void chunked_head(const GdnShape& sh, const HeadIo& io, int h, int rows, float* 
 }  // namespace
 
 void CpuBackend::gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
-                                const float* beta, int rows, float* S, float* out, bool chunked) {
+                                const float* beta, int rows, float* S, float* out, bool chunked,
+                                float* row_states) {
   const size_t head_state = size_t(shape.d_k) * shape.d_v;
+  if (row_states && chunked) fail("gdn_delta_rule: per-row states need the recurrent form");
   pool_.parallel_for(shape.n_v, 1, [&](int64_t hb, int64_t he, int) {
     for (int64_t h = hb; h < he; ++h) {
       const int kh = int(h % shape.n_k);  // GGUF tiles value heads over key heads
@@ -155,7 +161,8 @@ void CpuBackend::gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t 
       if (chunked) {
         chunked_head(shape, io, int(h), rows, Sh);
       } else {
-        recurrent_head(shape, io, int(h), rows, Sh);
+        recurrent_head(shape, io, int(h), rows, Sh, row_states ? row_states + size_t(h) * head_state : nullptr,
+                       shape.state_floats());
       }
     }
   });

@@ -84,6 +84,15 @@ void CudaBackend::download(void* dst, const void* src, size_t bytes) {
   check(cudaStreamSynchronize(as_stream(stream_)), "download (wait)");
 }
 
+void CudaBackend::copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                          int rows) {
+  if (rows <= 0 || row_bytes == 0) return;
+  enter();
+  check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, size_t(rows), cudaMemcpyDeviceToDevice,
+                          as_stream(stream_)),
+        "copy_2d");
+}
+
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return;
   enter();
@@ -266,11 +275,12 @@ void CudaBackend::gdn_gates(float* b, float* a, const float* a_coef, const float
 
 // `chunked` is accepted and ignored: the recurrent kernel serves both (see deltanet.cu).
 void CudaBackend::gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
-                                 const float* beta, int rows, float* S, float* out, bool /*chunked*/) {
+                                 const float* beta, int rows, float* S, float* out, bool /*chunked*/,
+                                 float* row_states) {
   if (rows <= 0 || shape.n_v <= 0) return;
   if (shape.n_k <= 0 || shape.d_k <= 0 || shape.d_v <= 0) fail("gdn_delta_rule: empty head shape");
   enter();
-  cuda::gdn_delta_rule(shape, qkv, qkv_stride, g, beta, rows, S, out, as_stream(stream_));
+  cuda::gdn_delta_rule(shape, qkv, qkv_stride, g, beta, rows, S, out, row_states, as_stream(stream_));
   check_launch("gdn_delta_rule");
 }
 

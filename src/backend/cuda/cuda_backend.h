@@ -26,6 +26,8 @@ class CudaBackend final : public Backend {
   void upload(void* dst, const void* src, size_t bytes) override;
   void download(void* dst, const void* src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+               int rows) override;
   void synchronize() override;
   const void* weight_data(const void* host, size_t bytes) override;
 
@@ -47,7 +49,7 @@ class CudaBackend final : public Backend {
   void l2_norm_heads(float* x, size_t row_stride, int rows, int n_heads, int dim, float eps, float scale) override;
   void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v) override;
   void gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
-                      const float* beta, int rows, float* S, float* out, bool chunked) override;
+                      const float* beta, int rows, float* S, float* out, bool chunked, float* row_states) override;
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                       float eps) override;
 

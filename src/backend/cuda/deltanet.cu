@@ -77,7 +77,7 @@ constexpr int kColsPerBlock = 64;
 __global__ void __launch_bounds__(kColsPerBlock)
     gdn_recurrent_k(int n_k, int n_v, int dk, int dv, const float* __restrict__ qkv, size_t qkv_stride,
                     const float* __restrict__ g, const float* __restrict__ beta, int rows, float* __restrict__ S,
-                    float* __restrict__ out) {
+                    float* __restrict__ out, float* __restrict__ row_states) {
   extern __shared__ float qk[];  // q[dk] then k[dk]
   const int h = blockIdx.x, kh = h % n_k;  // GGUF tiles value heads over key heads
   const int j = blockIdx.y * kColsPerBlock + threadIdx.x;
@@ -107,6 +107,7 @@ __global__ void __launch_bounds__(kColsPerBlock)
     for (int i = 0; i < dk; ++i) {  // write, then read with the updated state
       const float sij = Sh[int64_t(i) * dv + j] + qk[dk + i] * delta;
       Sh[int64_t(i) * dv + j] = sij;
+      if (row_states) row_states[size_t(t) * n_v * dk * dv + (int64_t(h) * dk + i) * dv + j] = sij;
       o += sij * qk[i];
     }
     out[size_t(t) * out_stride + size_t(h) * dv + j] = o;
@@ -136,11 +137,11 @@ void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, in
 }
 
 void gdn_delta_rule(const GdnShape& sh, const float* qkv, size_t qkv_stride, const float* g, const float* beta,
-                    int rows, float* S, float* out, cudaStream_t s) {
+                    int rows, float* S, float* out, float* row_states, cudaStream_t s) {
   const dim3 grid(unsigned(sh.n_v), ceil_div(sh.d_v, kColsPerBlock));
   const size_t shared = size_t(2) * sh.d_k * sizeof(float);
   gdn_recurrent_k<<<grid, kColsPerBlock, shared, s>>>(sh.n_k, sh.n_v, sh.d_k, sh.d_v, qkv, qkv_stride, g, beta, rows,
-                                                      S, out);
+                                                      S, out, row_states);
 }
 
 }  // namespace df::cuda

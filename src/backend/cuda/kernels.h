@@ -51,6 +51,6 @@ void l2_norm_heads(float* x, size_t row_stride, int rows, int n_heads, int dim, 
                    cudaStream_t s);
 void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v, cudaStream_t s);
 void gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g, const float* beta,
-                    int rows, float* S, float* out, cudaStream_t s);
+                    int rows, float* S, float* out, float* row_states, cudaStream_t s);
 
 }  // namespace df::cuda
