@@ -1,0 +1,119 @@
+// The serving engine: requests wait in a bounded FIFO queue, one worker thread runs a step loop
+// over the Batch API (chunked prefill, then decode), and every committed token reaches its
+// request through a callback. One sequence is active at a time for now; the continuous-batching
+// scheduler will drive several through the same step shape, and a speculative decoder will
+// commit several tokens in one step (the callback is still called once per committed token).
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/logprobs.h"
+#include "engine/sampler.h"
+#include "model/target_model.h"
+
+namespace df {
+
+class Tokenizer;
+
+struct EngineOptions {
+  int ctx = 8192;          // tokens per sequence (prompt + generated)
+  int max_queue = 64;      // requests allowed to wait; submit() refuses beyond that
+  int prefill_chunk = 512; // prompt rows per prefill step (<= the model's max_batch_rows)
+};
+
+// One committed token as the request sees it.
+struct TokenEvent {
+  int32_t id = 0;
+  std::string text;      // UTF-8-safe piece (bytes of an unfinished character wait for the next token)
+  bool eog = false;      // end-of-generation token: text is empty, generation ends after it
+  bool forced = false;   // committed from the request's forced list, not sampled
+  const TokenLogprobs* logprobs = nullptr;  // when the request asked for them
+};
+
+// The request's answer to a token: stop now, and/or tokens to commit next instead of sampling
+// (a reasoning budget closing the thinking block, for example).
+struct TokenDecision {
+  bool stop = false;
+  std::vector<int32_t> force;
+};
+
+enum class FinishReason { Eog, Length, Stopped, Cancelled, Error };
+
+struct GenerationResult {
+  FinishReason finish = FinishReason::Length;
+  std::string error;        // for FinishReason::Error
+  std::string tail_text;    // bytes the stream decoder still held at the end (U+FFFD-repaired)
+  int prompt_tokens = 0;
+  int generated_tokens = 0;
+  double queue_seconds = 0;   // submit -> start of prefill
+  double ttft_seconds = 0;    // submit -> first committed token
+  double decode_seconds = 0;  // first committed token -> last
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  int max_tokens = 128;
+  SamplingParams sampling;
+  int top_logprobs = -1;               // -1: no logprobs; 0..20: chosen token plus this many alternatives
+  std::vector<int32_t> forced_prefix;  // committed before anything is sampled
+  // Both run on the worker thread; keep them short. on_done is called exactly once.
+  std::function<TokenDecision(const TokenEvent&)> on_token;
+  std::function<void(const GenerationResult&)> on_done;
+};
+
+class Engine {
+ public:
+  class Ticket;  // a submitted request; cancel() through it
+
+  Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& opt);
+  ~Engine();  // cancels everything and joins the worker
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues the request; nullptr when max_queue requests are already waiting.
+  std::shared_ptr<Ticket> submit(GenerationRequest req);
+  // A waiting request leaves the queue at once (on_done: Cancelled); the active one stops
+  // before its next step and frees its sequence state.
+  void cancel(const std::shared_ptr<Ticket>& t);
+
+  int waiting() const;
+  bool busy() const { return busy_.load(); }
+  const EngineOptions& options() const { return opt_; }
+
+ private:
+  struct Active;
+  void worker_loop();
+  void start(const std::shared_ptr<Ticket>& t);
+  bool step();  // advances the active request; false when it finished
+  void prefill_step();
+  bool decode_step();
+  bool commit(int32_t token, bool forced);  // false: the request is finished
+  void finish(FinishReason why, std::string error = {});
+
+  TargetModel& model_;
+  const Tokenizer& tok_;
+  EngineOptions opt_;
+  std::unique_ptr<SequenceStore> state_;
+  int seq_ = -1;
+  Batch batch_;
+  ForwardOutput out_;
+  std::vector<float> logits_;  // logits for the next token of the active request
+  std::unique_ptr<Active> active_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Ticket>> queue_;
+  bool stopping_ = false;
+  std::atomic<bool> busy_{false};
+  std::thread worker_;
+};
+
+}  // namespace df

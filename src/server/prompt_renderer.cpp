@@ -1,0 +1,42 @@
+#include "server/prompt_renderer.h"
+
+#include "server/api_error.h"
+#include "util/error.h"
+
+namespace df::server {
+
+namespace {
+// Plain ChatML (the Qwen templates' format for system/user/assistant turns), for model files
+// that carry no template.
+constexpr const char* kChatMl =
+    "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+}  // namespace
+
+PromptRenderer::PromptRenderer(const std::string& source, std::string bos_token, std::string eos_token)
+    : tmpl_(source.empty() ? std::string(kChatMl) : source, std::move(bos_token), std::move(eos_token)) {}
+
+RenderedPrompt PromptRenderer::render(const ChatRequest& r) const {
+  jinja::ChatTemplateInputs in;
+  in.messages = r.messages;
+  in.tools = template_tools(r);
+  in.add_generation_prompt = true;
+  in.extra_context = r.template_kwargs;
+  RenderedPrompt out;
+  try {
+    out.text = tmpl_.render(in);
+  } catch (const df::Error& e) {
+    throw ApiError(400, std::string("chat template error: ") + e.what(), "messages");
+  }
+  out.starts_in_reasoning = ends_inside_think(out.text);
+  return out;
+}
+
+bool ends_inside_think(const std::string& text) {
+  const size_t open = text.rfind("<think>");
+  if (open == std::string::npos) return false;
+  const size_t close = text.rfind("</think>");
+  return close == std::string::npos || close < open;
+}
+
+}  // namespace df::server
