@@ -31,7 +31,7 @@ struct RunArgs {
 void run(const RunArgs& a) {
   LoadOptions lo = a.load;
   lo.max_batch_rows = a.batch;
-  LoadedModel m = load_model(a.model, lo);
+  LoadedModel m = load_model(a.model.empty() ? default_model_path() : a.model, lo);
   const std::string text = a.chat ? chatml_prompt(a.system, a.prompt) : a.prompt;
   const std::vector<int32_t> prompt = m.tokenizer->encode(text, true);
   if (prompt.empty()) fail("the prompt is empty after tokenization");
@@ -86,7 +86,7 @@ void run(const RunArgs& a) {
 void register_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   CLI::App* c = app.add_subcommand("run", "Generate text from a prompt (streams to stdout)");
-  c->add_option("-m,--model", a->model, "Model file (GGUF)")->required()->check(CLI::ExistingFile);
+  c->add_option("-m,--model", a->model, "Model file (GGUF; default: the bundled demo model)")->check(CLI::ExistingFile);
   c->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
   c->add_option("-n,--n-predict", a->n_predict, "Maximum tokens to generate")->capture_default_str();
   c->add_option("--temp", a->sp.temperature, "Sampling temperature (0 = greedy)")->capture_default_str();

@@ -8,6 +8,7 @@ class App;
 namespace df::cli {
 
 void register_run(CLI::App& app);
+void register_serve(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_logits(CLI::App& app);

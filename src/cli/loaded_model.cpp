@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <charconv>
+#include <filesystem>
 
 #include "util/error.h"
 #include "util/progress.h"
@@ -74,6 +75,14 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
   page_in(*m.file, opt.progress);
   m.model = std::make_unique<TargetModel>(*m.file, *m.backend, mo);
   return m;
+}
+
+std::string default_model_path() {
+  // Both directories are compiled in (CMakeLists.txt sets them on the deltaflash target).
+  const std::string trained = std::string(DELTAFLASH_SOURCE_DIR) + "/models/demo/demo-target.gguf";
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(trained, ec)) return trained;
+  return std::string(DELTAFLASH_BUILD_DIR) + "/models/demo-qwen35-tiny.gguf";
 }
 
 std::vector<int32_t> parse_token_list(const std::string& s) {

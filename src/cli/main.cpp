@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for all subcommands");
   df::cli::register_run(app);
+  df::cli::register_serve(app);
   df::cli::register_bench(app);
   df::cli::register_make_model(app);
   df::cli::register_convert(app);
