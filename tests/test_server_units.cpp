@@ -194,7 +194,7 @@ TEST(ToolCallStreamer, ContentThenCallNeverLeaksMarkup) {
     const auto out = stream_tools(text, piece);
     ASSERT_EQ(out.size(), 3u) << piece;
     EXPECT_EQ(out[0].kind, OutputPiece::Kind::Content);
-    EXPECT_EQ(out[0].text, "Let me check.\n");
+    EXPECT_EQ(out[0].text, "Let me check.");  // the newline before the call is framing
     EXPECT_EQ(out[1].kind, OutputPiece::Kind::ToolCall);
     EXPECT_EQ(json::parse(out[1].call.arguments)["city"], "Oslo");
     EXPECT_EQ(out[2].kind, OutputPiece::Kind::ToolCall);

@@ -91,7 +91,8 @@ void CompletionJob::emit_pieces(std::vector<OutputPiece>& pieces) {
 
 TokenDecision CompletionJob::on_token(const TokenEvent& ev) {
   TokenDecision d;
-  if (output_.in_reasoning()) ++reasoning_tokens_;
+  // Thinking tokens the model chose (a forced close is not thinking).
+  if (output_.in_reasoning() && !ev.forced) ++reasoning_tokens_;
   if (ev.logprobs && !ev.eog) {
     json e = chat_logprob_entry(tok_, ev.id, *ev.logprobs);
     if (s_.kind == ApiKind::Text) {

@@ -131,24 +131,21 @@ std::optional<ToolCall> parse_tool_call(std::string_view body, const json& tools
 }
 
 void ToolCallStreamer::emit_content(std::string_view text, std::vector<OutputPiece>& out) {
-  if (text.empty()) return;
-  if (calls_ > 0) {
-    // Whitespace between or after calls is framing, not an answer.
-    size_t i = 0;
-    while (i < text.size() && is_space(text[i])) ++i;
-    if (i == text.size()) {
-      space_after_call_ += text;
-      return;
-    }
-    append_text(out, OutputPiece::Kind::Content, space_after_call_);
-    space_after_call_.clear();
+  size_t end = text.size();
+  while (end > 0 && is_space(text[end - 1])) --end;
+  if (end == 0) {
+    pending_space_ += text;
+    return;
   }
-  append_text(out, OutputPiece::Kind::Content, text);
+  append_text(out, OutputPiece::Kind::Content, pending_space_);
+  pending_space_.clear();
+  append_text(out, OutputPiece::Kind::Content, text.substr(0, end));
+  pending_space_ = std::string(text.substr(end));
 }
 
 void ToolCallStreamer::close_block(std::string_view body, bool closed, std::vector<OutputPiece>& out) {
   if (std::optional<ToolCall> c = parse_tool_call(body, tools_)) {
-    space_after_call_.clear();
+    pending_space_.clear();  // whitespace around calls is framing
     OutputPiece p;
     p.kind = OutputPiece::Kind::ToolCall;
     p.call = std::move(*c);
@@ -193,6 +190,8 @@ void ToolCallStreamer::flush(std::vector<OutputPiece>& out) {
   } else {
     emit_content(held_, out);
   }
+  if (calls_ == 0) append_text(out, OutputPiece::Kind::Content, pending_space_);
+  pending_space_.clear();
   held_.clear();
   in_block_ = false;
 }

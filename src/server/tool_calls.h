@@ -39,7 +39,9 @@ class ToolCallStreamer {
   std::string held_;
   bool in_block_ = false;
   int calls_ = 0;
-  std::string space_after_call_;  // whitespace after a call, emitted only if more text follows
+  // Trailing whitespace of the content so far: framing when a tool call or the end follows a
+  // call, text when more content follows.
+  std::string pending_space_;
 };
 
 }  // namespace df::server
