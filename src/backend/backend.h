@@ -123,6 +123,13 @@ class Backend {
   // out[r][h] = rms_norm(x[r][h]; w, eps) * silu(z[r][h]) per value head (w shared by heads).
   virtual void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                               float eps) = 0;
+
+  // --- sampling helpers ---
+  // Greedy choice without downloading logits: out_host[r] (host memory, `rows` entries) = the
+  // index of the largest of the n values of row r (x + r * n, backend memory). Ties go to the
+  // lowest index; NaN is below every number (a row of only NaN gives 0). Waits for the result,
+  // like download().
+  virtual void argmax_rows(const float* x, int rows, int n, int32_t* out_host) = 0;
 };
 
 // The CPU backend with n_threads workers (0 = all hardware threads).

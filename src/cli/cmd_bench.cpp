@@ -1,5 +1,9 @@
 // deltaflash bench: prompt-processing and generation speed, median of several runs
-// (the same measurement llama-bench makes: pp = one prefill of -p tokens, tg = -n decode steps).
+// (the same measurement llama-bench makes: pp = one prefill of -p tokens, tg = -n decode steps),
+// plus what the GPU work is measured against: the device's copy bandwidth, the weight bytes a
+// decode step reads (so tok/s becomes GB/s and % of the copy bandwidth), the time of one forward
+// of 1..32 rows that all want logits (the verify-width curve of speculative decoding), and with
+// --profile the per-op tables of a decode step and of a 16-row forward.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -9,20 +13,27 @@
 #include <random>
 #include <thread>
 
+#include "backend/profiling_backend.h"
+#include "cli/bench_profile.h"
 #include "cli/commands.h"
 #include "cli/loaded_model.h"
-#include "util/error.h"
 #include "engine/generator.h"
+#include "util/error.h"
 
 namespace df::cli {
 
 namespace {
+
+constexpr int kVerifyWidths[] = {1, 2, 4, 8, 16, 32};
+constexpr int kMaxVerifyRows = 32;
 
 struct BenchArgs {
   std::string model;
   int n_prompt = 512, n_gen = 128, reps = 5, batch = 512;
   LoadOptions load;
   bool json = false;
+  std::string json_out;  // also write the JSON object here
+  bool profile = false;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -30,31 +41,66 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 double median(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// Device-to-device copy bandwidth, counting bytes read plus bytes written (how the GPU notes of
+// this project state it: ~4.3 TB/s on an H200). Random contents, never zeros.
+double copy_bandwidth_gb_s(Backend& be, bool gpu) {
+  const size_t bytes = gpu ? size_t(1) << 30 : size_t(64) << 20, chunk = size_t(16) << 20;
+  auto* a = static_cast<uint8_t*>(be.alloc(bytes));
+  auto* b = static_cast<uint8_t*>(be.alloc(bytes));
+  std::vector<uint32_t> pattern(chunk / 4);
+  std::mt19937 rng(7);
+  for (auto& w : pattern) w = rng();
+  for (size_t off = 0; off < bytes; off += chunk) be.upload(a + off, pattern.data(), std::min(chunk, bytes - off));
+  be.copy(b, a, bytes);  // warm-up
+  be.synchronize();
+  const int reps = gpu ? 20 : 4;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) be.copy(i % 2 ? a : b, i % 2 ? b : a, bytes);
+  be.synchronize();
+  const double dt = seconds_since(t0);
+  be.release(b);
+  be.release(a);
+  return 2.0 * double(bytes) * reps / dt / 1e9;
+}
+
+struct VerifyPoint {
+  int rows;
+  double ms;
+};
+
 void bench(const BenchArgs& a) {
   if (a.n_prompt < 1 || a.n_gen < 1 || a.reps < 1) fail("-p, -n and --reps must be at least 1");
+  using Mode = ProfilingBackend::Mode;
   LoadOptions lo = a.load;
-  lo.max_batch_rows = std::min(a.batch, a.n_prompt);
+  lo.max_batch_rows = std::max(std::min(a.batch, a.n_prompt), kMaxVerifyRows);
   lo.progress = !a.json;
+  lo.profile = true;  // counting weight bytes needs the wrapper; it forwards at no cost when off
   LoadedModel m = load_model(a.model, lo);
-  Generator gen(*m.model, m.tokenizer.get(), a.n_prompt + a.n_gen + 1);
+  auto& prof = dynamic_cast<ProfilingBackend&>(*m.backend);
+  const std::string device = prof.inner().name();
+  const double copy_gb_s = copy_bandwidth_gb_s(prof.inner(), device != "cpu");
+
+  Generator gen(*m.model, m.tokenizer.get(), a.n_prompt + a.n_gen + 16);
   std::mt19937 rng(42);
   const int n_vocab = std::min(m.model->hparams().n_vocab, m.tokenizer->n_vocab());
-  std::vector<int32_t> prompt(size_t(a.n_prompt));
+  std::vector<int32_t> prompt(size_t(std::max(a.n_prompt, kMaxVerifyRows)));
   for (auto& t : prompt) t = int32_t(rng() % uint32_t(n_vocab));
   std::vector<float> logits;
   // Warm-up run (page faults, caches), not counted.
   gen.reset();
   gen.prefill(std::vector<int32_t>(prompt.begin(), prompt.begin() + std::min(a.n_prompt, 16)), a.batch, logits);
   std::vector<double> pp, tg;
+  const std::vector<int32_t> pp_prompt(prompt.begin(), prompt.begin() + a.n_prompt);
   for (int r = 0; r < a.reps; ++r) {
     gen.reset();
     auto t0 = std::chrono::steady_clock::now();
-    gen.prefill(prompt, a.batch, logits);
+    gen.prefill(pp_prompt, a.batch, logits);
     pp.push_back(a.n_prompt / seconds_since(t0));
     // Generation from an empty context, like llama-bench's tg test.
     gen.reset();
@@ -66,18 +112,105 @@ void bench(const BenchArgs& a) {
     }
     tg.push_back(a.n_gen / seconds_since(t0));
   }
-  const int threads = a.load.threads > 0 ? a.load.threads : int(std::thread::hardware_concurrency());
-  const std::string device = m.backend->name();
-  if (a.json) {
-    nlohmann::json j = {{"model", a.model},   {"n_prompt", a.n_prompt},        {"n_gen", a.n_gen},
-                        {"threads", threads}, {"device", device}, {"reps", a.reps},                {"prompt_tok_s", median(pp)},
-                        {"gen_tok_s", median(tg)}, {"prompt_tok_s_all", pp}, {"gen_tok_s_all", tg}};
-    std::printf("%s\n", j.dump().c_str());
-  } else {
-    std::printf("| model | threads | test | tok/s (median of %d) |\n|---|---|---|---|\n", a.reps);
-    std::printf("| %s | %d | pp%d | %.2f |\n", a.model.c_str(), threads, a.n_prompt, median(pp));
-    std::printf("| %s | %d | tg%d | %.2f |\n", a.model.c_str(), threads, a.n_gen, median(tg));
+
+  // Weight bytes one decode step reads (every matmul weight once, one embedding row).
+  gen.reset();
+  prof.reset();
+  prof.set_mode(Mode::kCount);
+  gen.decode(prompt[0], logits);
+  prof.set_mode(Mode::kOff);
+  const double step_bytes = prof.total_weight_bytes();
+  prof.reset();
+  const double weight_gb_s = step_bytes * median(tg) / 1e9;
+
+  // Verify-width curve: one forward of R rows of a fresh sequence, all wanting logits.
+  auto st = m.model->make_state(1, kMaxVerifyRows + 8);
+  const int seq = st->create();
+  ForwardOutput out;
+  auto rows_batch = [&](int rows) {
+    Batch b;
+    for (int i = 0; i < rows; ++i) b.add(seq, i, prompt[size_t(i)], true);
+    return b;
+  };
+  std::vector<VerifyPoint> curve;
+  for (int rows : kVerifyWidths) {
+    const Batch b = rows_batch(rows);
+    std::vector<double> ms;
+    for (int r = -1; r < a.reps; ++r) {  // r = -1: warm-up
+      st->reset(seq);
+      prof.inner().synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      m.model->forward(b, *st, out);
+      prof.inner().synchronize();
+      if (r >= 0) ms.push_back(seconds_since(t0) * 1e3);
+    }
+    curve.push_back({rows, median(ms)});
   }
+
+  std::vector<OpProfile> profiles;
+  if (a.profile) {
+    const int steps = std::min(a.n_gen, 8);
+    gen.reset();
+    OpProfile dec = profile_forwards(
+        prof, "decode step (1 row)", steps, [] {}, [&] { gen.decode(prompt[1], logits); });
+    dec.plain_wall_s = median(tg) > 0 ? 1.0 / median(tg) : 0;
+    profiles.push_back(std::move(dec));
+    const Batch b16 = rows_batch(16);
+    OpProfile v16 = profile_forwards(
+        prof, "16-row forward (all rows want logits)", 3, [&] { st->reset(seq); },
+        [&] { m.model->forward(b16, *st, out); });
+    for (const auto& p : curve)
+      if (p.rows == 16) v16.plain_wall_s = p.ms / 1e3;
+    profiles.push_back(std::move(v16));
+  }
+
+  const int threads = a.load.threads > 0 ? a.load.threads : int(std::thread::hardware_concurrency());
+  const double t1 = curve.empty() ? 0 : curve.front().ms;
+  if (a.json || !a.json_out.empty()) {
+    nlohmann::json verify = nlohmann::json::array();
+    for (const auto& p : curve) verify.push_back({{"rows", p.rows}, {"ms", p.ms}, {"vs_1_row", t1 > 0 ? p.ms / t1 : 0}});
+    nlohmann::json j = {{"model", a.model},
+                        {"n_prompt", a.n_prompt},
+                        {"n_gen", a.n_gen},
+                        {"threads", threads},
+                        {"device", device},
+                        {"reps", a.reps},
+                        {"prompt_tok_s", median(pp)},
+                        {"gen_tok_s", median(tg)},
+                        {"prompt_tok_s_all", pp},
+                        {"gen_tok_s_all", tg},
+                        {"copy_gb_s", copy_gb_s},
+                        {"decode_weight_bytes", step_bytes},
+                        {"decode_weight_gb_s", weight_gb_s},
+                        {"decode_pct_of_copy_bw", copy_gb_s > 0 ? 100 * weight_gb_s / copy_gb_s : 0},
+                        {"verify", verify}};
+    if (!profiles.empty()) {
+      nlohmann::json pj = nlohmann::json::array();
+      for (const auto& p : profiles) pj.push_back(profile_json(p));
+      j["profile"] = pj;
+    }
+    if (!a.json_out.empty()) {
+      std::FILE* f = std::fopen(a.json_out.c_str(), "w");
+      if (f == nullptr) fail("cannot write {}", a.json_out);
+      std::fprintf(f, "%s\n", j.dump(1).c_str());
+      std::fclose(f);
+    }
+    if (a.json) {
+      std::printf("%s\n", j.dump().c_str());
+      return;
+    }
+  }
+  std::printf("| model | threads | test | tok/s (median of %d) |\n|---|---|---|---|\n", a.reps);
+  std::printf("| %s | %d | pp%d | %.2f |\n", a.model.c_str(), threads, a.n_prompt, median(pp));
+  std::printf("| %s | %d | tg%d | %.2f |\n", a.model.c_str(), threads, a.n_gen, median(tg));
+  std::printf("\ndevice %s: copy bandwidth %.0f GB/s (bytes read + written)\n", device.c_str(), copy_gb_s);
+  std::printf("decode: %.2f tok/s x %.3f GB of weights a step = %.0f GB/s, %.1f%% of the copy bandwidth\n", median(tg),
+              step_bytes / 1e9, weight_gb_s, copy_gb_s > 0 ? 100 * weight_gb_s / copy_gb_s : 0.0);
+  std::printf("\n| rows in one forward (all want logits) | ms (median of %d) | ms per row | vs 1 row |\n|---|---|---|---|\n",
+              a.reps);
+  for (const auto& p : curve)
+    std::printf("| %d | %.3f | %.3f | %.2f |\n", p.rows, p.ms, p.ms / p.rows, t1 > 0 ? p.ms / t1 : 0.0);
+  for (const auto& p : profiles) print_profile(p);
 }
 
 }  // namespace
@@ -92,6 +225,10 @@ void register_bench(CLI::App& app) {
   c->add_option("-r,--reps", a->reps, "Repetitions (the median is reported)")->capture_default_str();
   c->add_option("-b,--batch", a->batch, "Prefill chunk size")->capture_default_str();
   c->add_flag("--json", a->json, "Print one JSON object");
+  c->add_option("--json-out", a->json_out, "Also write the JSON object to this file");
+  c->add_flag("--profile", a->profile,
+              "Also time every op of a decode step and of a 16-row forward (per-op table: share, us per call, "
+              "weight GB/s of matmuls)");
   c->callback([a] { bench(*a); });
 }
 

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <filesystem>
 
+#include "backend/profiling_backend.h"
 #include "util/error.h"
 #include "util/progress.h"
 
@@ -72,6 +73,7 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
   }
   LoadedModel m = load_tokenizer(path);
   m.backend = make_backend(opt);
+  if (opt.profile) m.backend = std::make_unique<ProfilingBackend>(std::move(m.backend));
   page_in(*m.file, opt.progress);
   m.model = std::make_unique<TargetModel>(*m.file, *m.backend, mo);
   return m;

@@ -29,6 +29,7 @@ struct LoadOptions {
   std::string kv_type = "f16";  // KV cache storage: f16 | f32
   int max_batch_rows = 512;     // largest prefill chunk
   bool progress = true;         // progress bar while loading
+  bool profile = false;         // wrap the backend in a ProfilingBackend (bench)
 };
 
 // Adds --device, --threads and --kv-type to a subcommand.

@@ -52,6 +52,10 @@ class CudaBackend final : public Backend {
                       const float* beta, int rows, float* S, float* out, bool chunked, float* row_states) override;
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                       float eps) override;
+  void argmax_rows(const float* x, int rows, int n, int32_t* out_host) override;
+
+  // The stream every op is queued on (for the profiler's event clock, cuda_op_clock.cpp).
+  CUstream_st* stream() const { return stream_; }
 
  private:
   void enter() const;                      // makes device_ current for this thread
@@ -69,6 +73,8 @@ class CudaBackend final : public Backend {
   size_t bounce_cap_ = 0;
   float* many_scratch_ = nullptr;  // f32 W slice + x of the multi-row matmul (grow-only)
   size_t many_scratch_cap_ = 0;    // in floats
+  int32_t* argmax_dev_ = nullptr;  // argmax_rows results before the download (grow-only)
+  int argmax_cap_ = 0;
 };
 
 }  // namespace df

@@ -1,0 +1,54 @@
+// Backend::argmax_rows on the CPU backend against a plain scan: the largest value, ties to the
+// lowest index, NaN below every number, a row of only NaN gives 0. (The CUDA backend is checked
+// against the same rules in test_cuda_ops.cpp.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace df {
+namespace {
+
+int32_t scan(const float* v, int n) {
+  int best = -1;
+  for (int i = 0; i < n; ++i)
+    if (!std::isnan(v[i]) && (best < 0 || v[i] > v[best])) best = i;
+  return best < 0 ? 0 : best;
+}
+
+TEST(Argmax, CpuRowsTiesAndNan) {
+  auto be = make_cpu_backend(2);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (int n : {1, 2, 17, 4096, 248320}) {
+    const int rows = 8;
+    std::vector<float> x(size_t(rows) * n);
+    for (auto& f : x) f = nd(rng);
+    auto row = [&](int r) { return x.data() + size_t(r) * n; };
+    if (n > 1) {
+      row(0)[n / 2] = 40.0f, row(0)[n - 1] = 40.0f;  // tie: the lower index
+      row(1)[0] = std::nanf(""), row(1)[n - 1] = 41.0f;
+      for (int i = 0; i < n; ++i) row(2)[i] = -INFINITY;
+      for (int i = 0; i < n; ++i) row(3)[i] = float(i % 3);
+      row(4)[0] = 0.0f;
+      for (int i = 1; i < n; ++i) row(4)[i] = -0.0f;  // +0 and -0 are equal: index 0
+    }
+    for (int i = 0; i < n; ++i) row(5)[i] = std::nanf("");
+    for (int i = 0; i < n; i += 2) row(6)[i] = std::nanf("");
+    std::vector<int32_t> got(size_t(rows), -1);
+    be->argmax_rows(x.data(), rows, n, got.data());
+    for (int r = 0; r < rows; ++r) EXPECT_EQ(got[size_t(r)], scan(row(r), n)) << "row " << r << ", n = " << n;
+    if (n > 2) {
+      EXPECT_EQ(got[0], n / 2);
+      EXPECT_EQ(got[2], 0);
+      EXPECT_EQ(got[3], 2);
+    }
+    EXPECT_EQ(got[5], 0);
+  }
+}
+
+}  // namespace
+}  // namespace df
