@@ -10,7 +10,10 @@
 // Tolerances, with u = 2^-24 (fp32 unit roundoff) and red_tol(n) = (4 sqrt(n) + 8) u for an
 // fp32 sum of n terms relative to the sum of their magnitudes (a random walk of roundings with
 // a 4x margin, as tests/test_cpu_ops.cpp argues):
-//   bit-exact      embed (both decode the same blocks with ggml's rounding), add, kv_store.
+//   bit-exact      embed (both decode the same blocks with ggml's rounding), add, kv_store,
+//                  copy_2d; argmax_rows exact (ties: lowest index; NaN never wins).
+//   batch          a matmul row is bit-identical whether computed alone or among 1..40 rows
+//                  (the fast kernels of matvec.cu and the generic ones alike).
 //   few ulp        swiglu, mul_sigmoid, gdn_gates: CUDA's expf/log1pf are within 2 ulp of
 //                  glibc's; rtol 4e-6 (~32 ulp).
 //   reductions     rms_norm, l2_norm_heads, gated_rms_norm: the norm differs by summation order,
@@ -26,7 +29,8 @@
 //   conv1d_silu    K products and expf: 1e-6 + 1e-5 relative.
 //   delta rule     d_k-term dots per token, over many tokens, through a contraction (|k| = 1,
 //                  0 < beta < 1, decay < 1); and the CPU's chunked form for chunked = true:
-//                  1e-4 of max|out| + 1e-4 relative.
+//                  1e-4 of max|out| + 1e-4 relative; per-row checkpoints (row_states) the same
+//                  bound as the state, the last one equal to the final state bit for bit.
 // Models: logits against the CPU backend run with the same weights dequantized to f32 (so both
 // compute in fp32 with the same math): max |d| / (1 + |ref|) < 2e-3 with an f32 KV cache (the
 // bound the CPU's own chunked-vs-recurrent model test uses), < 5e-3 with the default f16 cache
@@ -264,6 +268,75 @@ TEST_F(CudaOps, MemoryOps) {
   }
 }
 
+// copy_2d: strided rows, both ways, against the CPU backend; bytes outside the copied rows keep
+// their (random) contents.
+TEST_F(CudaOps, Copy2d) {
+  Rng rng(2);
+  struct Case {
+    size_t dst_pitch, src_pitch, row_bytes;
+    int rows;
+  };
+  const std::vector<Case> cases = {{64, 64, 64, 5},       {100, 36, 36, 7},     {36, 100, 36, 7},   {4096, 8, 3, 17},
+                                   {7, 4096, 7, 2},       {128, 96, 96, 1},     {1000, 1000, 999, 33}};
+  for (const Case& c : cases) {
+    const size_t dst_bytes = c.dst_pitch * size_t(c.rows), src_bytes = c.src_pitch * size_t(c.rows);
+    std::vector<uint8_t> src(src_bytes), dst0(dst_bytes);
+    for (auto& b : src) b = uint8_t(rng.integer(0, 255));
+    for (auto& b : dst0) b = uint8_t(rng.integer(0, 255));
+    Twin<uint8_t> sd(be(), src), dd(be(), dst0);
+    both([&](Backend& b, int s) { b.copy_2d(dd[s], c.dst_pitch, sd[s], c.src_pitch, c.row_bytes, c.rows); });
+    const auto want = dd.get(0), got = dd.get(1);
+    std::vector<uint8_t> ref = dst0;
+    for (int r = 0; r < c.rows; ++r)
+      std::memcpy(ref.data() + size_t(r) * c.dst_pitch, src.data() + size_t(r) * c.src_pitch, c.row_bytes);
+    EXPECT_EQ(want, ref) << "CPU copy_2d, pitches " << c.dst_pitch << "/" << c.src_pitch;
+    EXPECT_EQ(got, ref) << "CUDA copy_2d, pitches " << c.dst_pitch << "/" << c.src_pitch << " row " << c.row_bytes
+                        << " x " << c.rows;
+    std::cout << "[cuda-err] copy_2d " << std::left << std::setw(50)
+              << (std::to_string(c.rows) + " rows of " + std::to_string(c.row_bytes) + " bytes") << std::right
+              << (got == ref ? " bit-exact" : "  FAILED") << "\n";
+  }
+}
+
+// argmax_rows: CUDA and CPU against a host scan; ties go to the lowest index, NaN never wins, a
+// row of only NaN gives 0. Rows as long as a vocabulary (248320) and as short as 1.
+TEST_F(CudaOps, ArgmaxRows) {
+  Rng rng(3);
+  for (int n : {1, 7, 1000, 33000, 248320}) {
+    const int rows = 9;
+    std::vector<float> x = rng.normals(size_t(rows) * n, 3.0);
+    auto row = [&](int r) { return x.data() + size_t(r) * n; };
+    if (n > 1) {
+      const int a = int(rng.integer(0, n - 1)), b = int(rng.integer(0, n - 1));
+      row(1)[a] = 100.0f, row(1)[b] = 100.0f;                               // a tie
+      for (int i = 0; i < n; i += 3) row(2)[i] = std::nanf("");             // NaNs around the max
+      row(2)[std::min(n - 1, 4)] = 50.0f;
+      for (int i = 0; i < n; ++i) row(4)[i] = -INFINITY;                    // all -inf: index 0
+      for (int i = 0; i < n; ++i) row(6)[i] = float(i % 5);                 // many ties: index 4
+      row(7)[n - 1] = 1e30f;                                                // the max at the end
+      row(8)[0] = std::nanf(""), row(8)[n - 1] = 1e30f;
+    }
+    for (int i = 0; i < n; ++i) row(3)[i] = std::nanf("");  // only NaN: 0
+    std::vector<int32_t> want(static_cast<size_t>(rows));
+    for (int r = 0; r < rows; ++r) {
+      int best = -1;
+      for (int i = 0; i < n; ++i)
+        if (!std::isnan(row(r)[i]) && (best < 0 || row(r)[i] > row(r)[best])) best = i;
+      want[size_t(r)] = best < 0 ? 0 : best;
+    }
+    Twin<float> xd(be(), x);
+    std::vector<int32_t> got[2];
+    for (int s = 0; s < 2; ++s) {
+      got[s].assign(size_t(rows), -7);
+      be_[s]->argmax_rows(xd[s], rows, n, got[s].data());
+    }
+    EXPECT_EQ(got[0], want) << "CPU argmax_rows, n = " << n;
+    EXPECT_EQ(got[1], want) << "CUDA argmax_rows, n = " << n;
+    std::cout << "[cuda-err] argmax_rows " << std::left << std::setw(46) << ("n=" + std::to_string(n)) << std::right
+              << (got[1] == want ? " exact" : "  FAILED") << "\n";
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // matmul and embed over every weight type
 
@@ -356,7 +429,11 @@ TEST_P(CudaMatmul, AgainstExactAndCpu) {
   const GgmlType t = GetParam();
   const bool fl = type_traits(t).block_size == 1;
   std::vector<MatmulCase> cases = {{256, 37, 1}, {1280, 130, 7}, {4096, 67, 17}, {512, 5, 40}, {256, 1, 16}, {768, 33, 2},
-                                   {1280, 130, 33}, {5120, 70, 70}};  // > 16 rows: the tiled prefill kernel
+                                   {1280, 130, 33}, {5120, 70, 70},  // > 16 rows: the tiled prefill kernel
+                                   // Shapes every fast kernel (matvec.cu) takes, at each row-count class
+                                   // (1, 2, 3-4, 5-8, 9-16, > 16) and with output tails (n_out % 16 != 0):
+                                   {1024, 129, 1}, {2048, 66, 2}, {3072, 35, 3}, {1024, 17, 8}, {2048, 40, 13},
+                                   {1024, 9, 37}};
   if (fl) cases.push_back({301, 37, 3}), cases.push_back({1, 5, 2}), cases.push_back({33, 9, 16});
   const bool has_min = t == GgmlType::Q4_1 || t == GgmlType::Q5_1;
   uint64_t seed = 1000 + uint64_t(t) * 100;
@@ -411,6 +488,42 @@ TEST_P(CudaMatmul, EmbedIsExact) {
   both([&](Backend& b, int s) { b.embed(w[s], td[s], rows, out[s]); });
   Check c(std::string("embed ") + type_name(t));
   c.exact(out.get(1), out.get(0));
+}
+
+// A row's product must not depend on the other rows of the call (the model's batch-invariance
+// test relies on it): each row of a 40-row product, computed within calls of 1, 2, 3, 5, 8, 16,
+// 17 and 40 rows (every kernel shape and row-group split), is bit-identical.
+TEST_P(CudaMatmul, RowsAreBatchInvariant) {
+  const GgmlType t = GetParam();
+  const bool fl = type_traits(t).block_size == 1;
+  for (int64_t n_in : {int64_t(1024), int64_t(768)}) {  // 1024: fast kernels where the type has one
+    if (fl && n_in % 1024 != 0) continue;
+    const int64_t n_out = 45;
+    const int rows = 40;
+    const HostWeight hw = make_weight(t, n_in, n_out, 4242 + uint64_t(t));
+    const std::vector<float> x = make_activations(rows, n_in, 99 + uint64_t(t));
+    const Weight w{t, n_in, n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
+    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
+    float* yd = static_cast<float*>(gpu().alloc(size_t(rows) * n_out * sizeof(float)));
+    gpu().upload(xd, x.data(), x.size() * sizeof(float));
+    const std::vector<float> poison(size_t(rows) * n_out, kPoison);
+    gpu().upload(yd, poison.data(), poison.size() * sizeof(float));
+    gpu().matmul(w, xd, rows, yd);
+    std::vector<float> all(poison.size()), part(poison.size());
+    gpu().download(all.data(), yd, all.size() * sizeof(float));
+    for (int width : {1, 2, 3, 5, 8, 16, 17}) {
+      gpu().upload(yd, poison.data(), poison.size() * sizeof(float));
+      for (int r0 = 0; r0 < rows; r0 += width)
+        gpu().matmul(w, xd + size_t(r0) * n_in, std::min(width, rows - r0), yd + size_t(r0) * n_out);
+      gpu().download(part.data(), yd, part.size() * sizeof(float));
+      std::ostringstream name;
+      name << "matmul " << type_name(t) << " " << n_in << "x" << n_out << " rows in calls of " << width
+           << " vs one call of " << rows;
+      Check(name.str()).exact(part, all);
+    }
+    gpu().release(yd);
+    gpu().release(xd);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaMatmul, ::testing::ValuesIn(weight_types()),
@@ -638,7 +751,14 @@ TEST_F(CudaOps, GdnDeltaRule) {
       for (auto& x : beta) x = float(rng.uniform(0.05, 0.95));
       Twin<float> qd(be(), qkv), gd(be(), g), bd(be(), beta), S(be(), rng.normals(sh.state_floats(), 0.3)),
           out(be(), std::vector<float>(size_t(c.rows) * sh.n_v * sh.d_v, kPoison));
-      both([&](Backend& b, int s) { b.gdn_delta_rule(sh, qd[s], qs, gd[s], bd[s], c.rows, S[s], out[s], chunked); });
+      // Per-row checkpoints (recurrent form only): rows x state, then a sentinel guard.
+      const size_t ns = sh.state_floats();
+      std::vector<float> cp_init(size_t(c.rows) * ns + 64, kPoison);
+      std::fill(cp_init.end() - 64, cp_init.end(), kSentinel);
+      Twin<float> cps(be(), cp_init);
+      both([&](Backend& b, int s) {
+        b.gdn_delta_rule(sh, qd[s], qs, gd[s], bd[s], c.rows, S[s], out[s], chunked, chunked ? nullptr : cps[s]);
+      });
       std::ostringstream tag;
       tag << "k" << sh.n_k << " v" << sh.n_v << " dk" << sh.d_k << " dv" << sh.d_v << " rows=" << c.rows
           << (chunked ? " chunked" : " recurrent");
@@ -648,6 +768,17 @@ TEST_F(CudaOps, GdnDeltaRule) {
       for (float v : sc) sm = std::max(sm, double(std::fabs(v)));
       Check("gdn_delta_rule out " + tag.str()).all(out.get(1), oc, 1e-4, 1e-4 * om);
       Check("gdn_delta_rule state " + tag.str()).all(S.get(1), sc, 1e-4, 1e-4 * sm);
+      if (!chunked) {
+        // Same bound as the state (each checkpoint is the state after its row); the last one is
+        // the final state bit for bit, and the guard is untouched.
+        const auto cg = cps.get(1), cc = cps.get(0);
+        double cm = 0;
+        for (size_t i = 0; i + 64 < cc.size(); ++i) cm = std::max(cm, double(std::fabs(cc[i])));
+        std::vector<float> want = cc;
+        Check("gdn_delta_rule row_states " + tag.str()).all(cg, want, 1e-4, 1e-4 * cm);
+        const std::vector<float> last(cg.end() - 64 - ptrdiff_t(ns), cg.end() - 64), sg = S.get(1);
+        Check("gdn_delta_rule last row_state = state " + tag.str()).exact(last, sg);
+      }
     }
   }
 }
@@ -717,6 +848,7 @@ class DequantizedCpu final : public Backend {
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int nh, int dim, float eps) override {
     cpu_->gated_rms_norm(x, z, w, rows, nh, dim, eps);
   }
+  void argmax_rows(const float* x, int rows, int n, int32_t* out) override { cpu_->argmax_rows(x, rows, n, out); }
 
  private:
   std::unique_ptr<Backend> cpu_;

@@ -1,14 +1,28 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: configure + build with the CUDA backend, run the CUDA tests (op by
-# op against the CPU backend, and model logits), the CPU unit tests, and print a short table.
+# op against the CPU backend, and model logits), the CPU unit tests, optionally benchmark
+# 27B-shaped models, and print a short table.
 #
-#   tools/gpu-check.sh [--memcheck] [LOG_DIR]
+#   tools/gpu-check.sh [--memcheck] [--no-cpu-tests] [--bench] [--models LIST] [--budget S] [LOG_DIR]
 #                                     run from the repo root on the GPU machine; full logs and
 #                                     the gtest XML go to LOG_DIR (default build-gpu-check).
 #                                     --memcheck also runs the op tests under compute-sanitizer
 #                                     (memcheck: bad accesses; racecheck: shared-memory races)
+#                                     --no-cpu-tests skips building the other targets and the
+#                                     CPU unit tests (the CUDA tests still build the CLI)
+#                                     --bench makes 27B-shaped random models (--models, default
+#                                     mix-q4_k_m,q8_0; made while the CUDA tests run) and runs
+#                                     `deltaflash bench --profile` on each: copy bandwidth, decode
+#                                     tok/s and weight GB/s, prefill 512, the 1..32-row forward
+#                                     curve, per-op tables (bench_<type>.txt/.json in LOG_DIR)
+#                                     --budget S: seconds the whole script may take (default
+#                                     470); the tests get what the bench leaves, so the bench
+#                                     numbers come even when a test runs long
 #   tools/gpu-check.sh --fetch-deps   run on the (Debian 12) dev machine: downloads the build
 #                                     dependencies as .deb files into third_party/gpu-deps/
+#
+# LOG_DIR ends with at most 8 files (the GPU machine returns no more): summary.txt,
+# test_cuda_ops.log, the bench files, and other_logs.tgz with the rest.
 #
 # The GPU machines reach no package registry. When third_party/gpu-deps/ holds .deb files
 # (carry that path along), they are unpacked under /tmp/deltaflash-deps (never into /) and
@@ -28,13 +42,22 @@ if [ "${1:-}" = "--fetch-deps" ]; then  # on the dev machine
 fi
 
 MEMCHECK=0
+CPU_TESTS=1
+BENCH=0
+MODELS=mix-q4_k_m,q8_0
+BUDGET=470
 LOG=build-gpu-check
-for a in "$@"; do
-  case "$a" in
+while [ $# -gt 0 ]; do
+  case "$1" in
     --memcheck) MEMCHECK=1 ;;
-    -*) echo "gpu-check: unknown option $a" >&2; exit 2 ;;
-    *) LOG=$a ;;
+    --no-cpu-tests) CPU_TESTS=0 ;;
+    --bench) BENCH=1 ;;
+    --models) MODELS=$2; shift ;;
+    --budget) BUDGET=$2; shift ;;
+    -*) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
+    *) LOG=$1 ;;
   esac
+  shift
 done
 BUILD=build-cuda
 JOBS=16
@@ -42,6 +65,8 @@ mkdir -p "$LOG"
 LOG=$(cd "$LOG" && pwd)
 T0=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - T0 ))s"; }
+left() { echo "$(( BUDGET - ($(date +%s) - T0) ))"; }  # seconds of the budget left
+MODEL_DIR=/tmp/deltaflash-models
 
 # --- dependencies carried as .deb files ---
 CMAKE_DEPS=()
@@ -79,12 +104,14 @@ GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 [ -f "$BUILD/CMakeCache.txt" ] && ! grep -q "CMAKE_GENERATOR:INTERNAL=${GEN[1]:-Unix Makefiles}" "$BUILD/CMakeCache.txt" && rm -rf "$BUILD"
 # The CUDA test binary first (core, CUDA library, CLI), so its results come even when an
-# unrelated target of a shared work tree does not build; then everything else.
+# unrelated target of a shared work tree does not build; then everything else. One CUDA
+# architecture (sm_90a, the H200's) halves the device-code compile time.
 build_rc=0
 {
   cmake --version | head -1; (nvcc --version || /usr/local/cuda/bin/nvcc --version) | tail -2; c++ --version | head -1
-  cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DDELTAFLASH_CUDA=ON "${CMAKE_DEPS[@]}" &&
-    cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops
+  cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DDELTAFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+    "${CMAKE_DEPS[@]}" &&
+    cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops deltaflash
 } >"$LOG/build.log" 2>&1 || build_rc=$?
 echo "gpu-check: build of test_cuda_ops rc=$build_rc ($(elapsed))"
 if [ "$build_rc" -ne 0 ]; then
@@ -95,10 +122,38 @@ fi
 
 GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1 || true)
 
-# --- CUDA tests ---
+# --- models for the bench, made in the background while the tests run ---
+make_pid=""
+if [ "$BENCH" = 1 ]; then
+  mkdir -p "$MODEL_DIR"
+  (
+    for t in ${MODELS//,/ }; do
+      # 27B shape: ~17 GB as mix-q4_k_m, ~29 GB as q8_0; the disk is 64 GB.
+      free_gb=$(df -BG --output=avail "$MODEL_DIR" | tail -1 | tr -dc 0-9)
+      need_gb=20
+      case "$t" in q8_0|q6_k|q5_k|mix-iq4_xs|iq4_xs|q4_k|q4_0) need_gb=32 ;; f16|bf16|f32) need_gb=999 ;; esac
+      if [ "${free_gb:-0}" -lt "$need_gb" ]; then
+        echo "not made: ${free_gb} GB free, ~${need_gb} GB needed" >"$LOG/make_$t.log"
+        continue
+      fi
+      m0=$(date +%s)
+      "$BUILD/deltaflash" make-model --arch qwen35 --shape 27b --type "$t" --seed 1 -o "$MODEL_DIR/m27-$t.gguf" -q \
+        >"$LOG/make_$t.log" 2>&1 || echo "make-model $t failed" >>"$LOG/make_$t.log"
+      echo "make-model $t: $(( $(date +%s) - m0 )) s, $(stat -c %s "$MODEL_DIR/m27-$t.gguf" 2>/dev/null) bytes" >>"$LOG/make_$t.log"
+    done
+  ) &
+  make_pid=$!
+fi
+
+# --- CUDA tests (with --bench: what the bench's ~200 s leave of the budget) ---
 cuda_rc=0
-timeout 420 "$BUILD/tests/test_cuda_ops" --gtest_output="xml:$LOG/test_cuda_ops.xml" >"$LOG/test_cuda_ops.log" 2>&1 || cuda_rc=$?
-echo "gpu-check: CUDA tests rc=$cuda_rc ($(elapsed))"
+test_limit=420
+[ "$BENCH" = 1 ] && test_limit=$(( $(left) - 200 ))
+[ "$test_limit" -lt 60 ] && test_limit=60
+timeout "$test_limit" "$BUILD/tests/test_cuda_ops" --gtest_output="xml:$LOG/test_cuda_ops.xml" >"$LOG/test_cuda_ops.log" 2>&1 || cuda_rc=$?
+echo "gpu-check: CUDA tests rc=$cuda_rc ($(elapsed), limit ${test_limit}s)"
+
+mem_rc=skipped
 
 mem_rc=skipped
 if [ "$MEMCHECK" = 1 ]; then
@@ -117,16 +172,38 @@ if [ "$MEMCHECK" = 1 ]; then
   echo "gpu-check: memcheck rc=$mem_rc ($(elapsed))"
 fi
 
-all_rc=0
-cmake --build "$BUILD" -j"$JOBS" >"$LOG/build_all.log" 2>&1 || all_rc=$?
-echo "gpu-check: build of all targets rc=$all_rc ($(elapsed))"
-if [ "$all_rc" -ne 0 ]; then grep -E "error|FAILED" "$LOG/build_all.log" | head -20 || true; fi
+# --- bench: 27B-shaped models, one process each ---
+bench_rc=skipped
+if [ "$BENCH" = 1 ]; then
+  wait "$make_pid" || true
+  echo "gpu-check: models made ($(elapsed)): $(find "$MODEL_DIR" -name '*.gguf' | wc -l) file(s)"
+  bench_rc=0
+  for t in ${MODELS//,/ }; do
+    f="$MODEL_DIR/m27-$t.gguf"
+    if [ ! -s "$f" ]; then echo "gpu-check: no model $f" | tee -a "$LOG/bench_$t.txt"; bench_rc=1; continue; fi
+    lim=$(( $(left) - 10 ))
+    if [ "$lim" -lt 30 ]; then echo "gpu-check: no time left for the $t bench" | tee -a "$LOG/bench_$t.txt"; bench_rc=1; continue; fi
+    rc=0
+    timeout "$lim" "$BUILD/deltaflash" bench -m "$f" -p 512 -n 32 -r 2 --device cuda --profile \
+      --json-out "$LOG/bench_$t.json" >"$LOG/bench_$t.txt" 2>&1 || rc=$?
+    echo "gpu-check: bench $t rc=$rc ($(elapsed))"
+    [ "$rc" -ne 0 ] && bench_rc=$rc
+    rm -f "$f"
+  done
+fi
 
-# --- CPU unit tests (the CUDA ones already ran) ---
+all_rc=0
 cpu_rc=0
-timeout 300 ctest --test-dir "$BUILD" -L unit -E 'Cuda' -j"$JOBS" --timeout 240 --output-on-failure \
-  >"$LOG/ctest_cpu.log" 2>&1 || cpu_rc=$?
-echo "gpu-check: CPU unit tests rc=$cpu_rc ($(elapsed))"
+if [ "$CPU_TESTS" = 1 ]; then
+  cmake --build "$BUILD" -j"$JOBS" >"$LOG/build_all.log" 2>&1 || all_rc=$?
+  echo "gpu-check: build of all targets rc=$all_rc ($(elapsed))"
+  if [ "$all_rc" -ne 0 ]; then grep -E "error|FAILED" "$LOG/build_all.log" | head -20 || true; fi
+
+  # --- CPU unit tests (the CUDA ones already ran) ---
+  timeout 300 ctest --test-dir "$BUILD" -L unit -E 'Cuda' -j"$JOBS" --timeout 240 --output-on-failure \
+    >"$LOG/ctest_cpu.log" 2>&1 || cpu_rc=$?
+  echo "gpu-check: CPU unit tests rc=$cpu_rc ($(elapsed))"
+fi
 
 # --- summary ---
 count() {  # gtest prints no FAILED/SKIPPED line when there are none
@@ -140,21 +217,46 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
   grep -E "^\[  FAILED  \] [A-Za-z]" "$LOG/test_cuda_ops.log" | sort -u | head -30 || true
   grep -E "FAILED$" "$LOG/test_cuda_ops.log" | head -20 || true
   grep -A3 -E ": Failure$" "$LOG/test_cuda_ops.log" | head -40 || true
-  grep -E "\*\*\*Failed|\*\*\*Timeout|Not Run" "$LOG/ctest_cpu.log" | grep -v "(Disabled)" | head -20 || true
+  if [ -f "$LOG/ctest_cpu.log" ]; then
+    grep -E "\*\*\*Failed|\*\*\*Timeout|Not Run" "$LOG/ctest_cpu.log" | grep -v "(Disabled)" | head -20 || true
+  fi
   echo
   echo "=== largest error/tolerance ratios (of $(grep -c '^\[cuda-err\]' "$LOG/test_cuda_ops.log" || true) checks) ==="
   grep '^\[cuda-err\].*err/tol=' "$LOG/test_cuda_ops.log" | sed 's/.*err\/tol=\([^ ]*\).*/\1 &/' | sort -g -r | head -12 | cut -d' ' -f2- || true
   echo
   echo "=== models (CUDA vs CPU) ==="
   grep '^\[cuda-model\]' "$LOG/test_cuda_ops.log" || true
+  if [ "$BENCH" = 1 ]; then
+    echo
+    echo "=== bench (27B shape, one GPU) ==="
+    for t in ${MODELS//,/ }; do
+      if [ -s "$LOG/bench_$t.json" ]; then
+        python3 tools/bench-summary.py "$t" "$LOG/bench_$t.json" || true
+      else
+        echo "$t: no JSON"; tail -5 "$LOG/bench_$t.txt" 2>/dev/null || true
+      fi
+    done
+  fi
   echo
   echo "=== gpu-check summary ==="
   printf '%-22s %s\n' "GPU" "${GPU:-none found}"
   printf '%-22s passed %s, failed %s, skipped %s (rc %s)\n' "CUDA tests" "$(count PASSED "$LOG/test_cuda_ops.log")" \
     "$(count FAILED "$LOG/test_cuda_ops.log")" "$(count SKIPPED "$LOG/test_cuda_ops.log")" "$cuda_rc"
   printf '%-22s %s\n' "memcheck (op tests)" "$mem_rc"
-  printf '%-22s rc %s\n' "build (all targets)" "$all_rc"
-  printf '%-22s %s (rc %s)\n' "CPU unit tests" "$(grep -E 'tests passed' "$LOG/ctest_cpu.log" | tail -1)" "$cpu_rc"
+  if [ "$CPU_TESTS" = 1 ]; then
+    printf '%-22s rc %s\n' "build (all targets)" "$all_rc"
+    printf '%-22s %s (rc %s)\n' "CPU unit tests" "$(grep -E 'tests passed' "$LOG/ctest_cpu.log" | tail -1)" "$cpu_rc"
+  else
+    printf '%-22s %s\n' "CPU unit tests" "skipped (--no-cpu-tests)"
+  fi
+  printf '%-22s %s\n' "bench" "$bench_rc"
   printf '%-22s %s\n' "wall time" "$(elapsed)"
 } | tee "$LOG/summary.txt"
-[ "$cuda_rc" -eq 0 ] && [ "$cpu_rc" -eq 0 ] && [ "$all_rc" -eq 0 ] && { [ "$mem_rc" = 0 ] || [ "$mem_rc" = skipped ]; }
+# The GPU machine returns at most 8 files: keep the main ones, pack the rest.
+(
+  cd "$LOG"
+  ls | grep -v -E '^(summary\.txt|test_cuda_ops\.log|bench_.*\.(txt|json))$' >/tmp/gpu-check-pack.txt || true
+  if [ -s /tmp/gpu-check-pack.txt ]; then tar czf other_logs.tgz -T /tmp/gpu-check-pack.txt && xargs rm -f </tmp/gpu-check-pack.txt; fi
+)
+[ "$cuda_rc" -eq 0 ] && [ "$cpu_rc" -eq 0 ] && [ "$all_rc" -eq 0 ] && { [ "$mem_rc" = 0 ] || [ "$mem_rc" = skipped ]; } &&
+  { [ "$bench_rc" = 0 ] || [ "$bench_rc" = skipped ]; }

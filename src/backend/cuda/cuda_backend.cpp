@@ -38,6 +38,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(table_dev_);
   cudaFree(bounce_);
   cudaFree(many_scratch_);
+  cudaFree(argmax_dev_);
   cudaStreamDestroy(as_stream(stream_));
 }
 
@@ -155,6 +156,11 @@ const int32_t* CudaBackend::device_block_table(const SeqKv& seq) {
 void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
   if (rows <= 0 || w.n_out <= 0) return;
   enter();
+  if (cuda::mv_supports(w)) {  // the fast kernels (matvec.cu), for every row count
+    cuda::mv_matmul(w, x, rows, y, as_stream(stream_));
+    check_launch("matmul");
+    return;
+  }
   if (rows > cuda::kManyRows && cuda::matmul_many_supports(w)) {  // prefill: dequantize W, then a tiled product
     const size_t need = cuda::matmul_many_scratch(w, rows);
     if (many_scratch_cap_ < need) {
@@ -289,6 +295,23 @@ void CudaBackend::gated_rms_norm(float* x, const float* z, const float* w, int r
   enter();
   cuda::gated_rms_norm(x, z, w, rows, n_heads, dim, eps, as_stream(stream_));
   check_launch("gated_rms_norm");
+}
+
+void CudaBackend::argmax_rows(const float* x, int rows, int n, int32_t* out_host) {
+  if (rows <= 0) return;
+  if (n <= 0) fail("argmax_rows: empty rows (n = {})", n);
+  enter();
+  if (argmax_cap_ < rows) {
+    check(cudaStreamSynchronize(as_stream(stream_)), "argmax_rows (pending work)");
+    check(cudaFree(argmax_dev_), "cudaFree");
+    argmax_dev_ = nullptr;
+    argmax_cap_ = 0;
+    check(cudaMalloc(reinterpret_cast<void**>(&argmax_dev_), size_t(rows) * sizeof(int32_t)), "argmax_rows (scratch)");
+    argmax_cap_ = rows;
+  }
+  cuda::argmax_rows(x, rows, n, argmax_dev_, as_stream(stream_));
+  check_launch("argmax_rows");
+  download(out_host, argmax_dev_, size_t(rows) * sizeof(int32_t));
 }
 
 // --- factory ---

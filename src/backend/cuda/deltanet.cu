@@ -7,7 +7,8 @@
 // state S[h][.][j]: per token it decays and reads the column (m = S^T k), applies the delta
 // update and reads the output (o = S^T q), so columns never communicate and the only barrier
 // is the per-token load of q and k into shared memory. S stays in global memory (L2-resident:
-// 64 KB per head at d_k = d_v = 128); registers for the column come with the fast version.
+// 64 KB per head at d_k = d_v = 128). gdn_recurrent_reg_k keeps the column in registers
+// instead (d_k 64 or 128); the version with S in global memory serves the other shapes.
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -114,6 +115,66 @@ __global__ void __launch_bounds__(kColsPerBlock)
   }
 }
 
+// The same recurrence with each thread's share of a state column in registers (d_k = 64 or 128,
+// d_v a multiple of 32): 4 threads per column j, each owning DK/4 rows i of S[h][i][j], so S
+// is read once and written once per call (the version above reads and writes it twice per
+// token from L2), and the two column sums (S^T k, S^T q) reduce over the 4 threads by
+// shuffles. 32 columns per block: n_v * d_v / 32 blocks (192 at n_v = 48, d_v = 128) of 128
+// threads. q and k of the token are read per thread from L1 (the 8 threads sharing a row part
+// read the same addresses). Per-row checkpoints are written from the registers.
+template <int DK>
+__global__ void __launch_bounds__(128)
+    gdn_recurrent_reg_k(int n_k, int n_v, int dv, const float* __restrict__ qkv, size_t qkv_stride,
+                        const float* __restrict__ g, const float* __restrict__ beta, int rows, float* __restrict__ S,
+                        float* __restrict__ out, float* __restrict__ row_states) {
+  constexpr int kParts = 4, kRowsPerThread = DK / kParts;
+  const int h = blockIdx.x, kh = h % n_k;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int part = lane % kParts;
+  const int j = blockIdx.y * 32 + warp * 8 + lane / kParts;  // d_v % 32 == 0: always a column
+  const int i0 = part * kRowsPerThread;
+  float* Sh = S + size_t(h) * DK * dv;
+  float s[kRowsPerThread];
+#pragma unroll
+  for (int ii = 0; ii < kRowsPerThread; ++ii) s[ii] = Sh[size_t(i0 + ii) * dv + j];
+  const size_t q_off = size_t(kh) * DK + i0, k_off = size_t(n_k + kh) * DK + i0;
+  const size_t v_off = size_t(2 * n_k) * DK + size_t(h) * dv + j;
+  const size_t state_floats = size_t(n_v) * DK * dv, out_stride = size_t(n_v) * dv;
+  for (int t = 0; t < rows; ++t) {
+    const float* row = qkv + size_t(t) * qkv_stride;
+    const float alpha = expf(__ldg(g + size_t(t) * n_v + h));
+    const float b = __ldg(beta + size_t(t) * n_v + h);
+    float kv[kRowsPerThread];
+#pragma unroll
+    for (int ii = 0; ii < kRowsPerThread; ++ii) kv[ii] = __ldg(row + k_off + ii);
+    float m = 0.0f;
+#pragma unroll
+    for (int ii = 0; ii < kRowsPerThread; ++ii) {  // decay, and read the memory: m = S^T k
+      s[ii] *= alpha;
+      m = fmaf(s[ii], kv[ii], m);
+    }
+    m += __shfl_xor_sync(0xffffffffu, m, 1);
+    m += __shfl_xor_sync(0xffffffffu, m, 2);
+    const float delta = b * (__ldg(row + v_off) - m);
+    float o = 0.0f;
+#pragma unroll
+    for (int ii = 0; ii < kRowsPerThread; ++ii) {  // write, then read with the updated state
+      s[ii] = fmaf(kv[ii], delta, s[ii]);
+      o = fmaf(s[ii], __ldg(row + q_off + ii), o);
+    }
+    o += __shfl_xor_sync(0xffffffffu, o, 1);
+    o += __shfl_xor_sync(0xffffffffu, o, 2);
+    if (part == 0) out[size_t(t) * out_stride + size_t(h) * dv + j] = o;
+    if (row_states != nullptr) {
+      float* cp = row_states + size_t(t) * state_floats + size_t(h) * DK * dv;
+#pragma unroll
+      for (int ii = 0; ii < kRowsPerThread; ++ii) cp[size_t(i0 + ii) * dv + j] = s[ii];
+    }
+  }
+#pragma unroll
+  for (int ii = 0; ii < kRowsPerThread; ++ii) Sh[size_t(i0 + ii) * dv + j] = s[ii];
+}
+
 }  // namespace
 
 void conv1d_silu(const float* x, size_t x_stride, int rows, int channels, const float* w, int kernel, float* state,
@@ -138,6 +199,17 @@ void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, in
 
 void gdn_delta_rule(const GdnShape& sh, const float* qkv, size_t qkv_stride, const float* g, const float* beta,
                     int rows, float* S, float* out, float* row_states, cudaStream_t s) {
+  if ((sh.d_k == 128 || sh.d_k == 64) && sh.d_v % 32 == 0) {  // registers version (Qwen3.5: 128 x 128)
+    const dim3 grid(unsigned(sh.n_v), unsigned(sh.d_v / 32));
+    if (sh.d_k == 128) {
+      gdn_recurrent_reg_k<128><<<grid, 128, 0, s>>>(sh.n_k, sh.n_v, sh.d_v, qkv, qkv_stride, g, beta, rows, S, out,
+                                                    row_states);
+    } else {
+      gdn_recurrent_reg_k<64><<<grid, 128, 0, s>>>(sh.n_k, sh.n_v, sh.d_v, qkv, qkv_stride, g, beta, rows, S, out,
+                                                   row_states);
+    }
+    return;
+  }
   const dim3 grid(unsigned(sh.n_v), ceil_div(sh.d_v, kColsPerBlock));
   const size_t shared = size_t(2) * sh.d_k * sizeof(float);
   gdn_recurrent_k<<<grid, kColsPerBlock, shared, s>>>(sh.n_k, sh.n_v, sh.d_k, sh.d_v, qkv, qkv_stride, g, beta, rows,

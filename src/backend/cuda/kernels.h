@@ -11,6 +11,12 @@
 
 namespace df::cuda {
 
+// matvec.cu -- the fast path, any row count: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_XS, F32, F16,
+// BF16 with the shape/alignment conditions of mv_units.cuh. A weight that qualifies always takes
+// it, whatever the rows (a row's result must not depend on the batch).
+bool mv_supports(const Weight& w);
+void mv_matmul(const Weight& w, const float* x, int rows, float* y, cudaStream_t s);
+
 // matmul.cu -- y = x W^T for every supported weight type; false if the type has no kernel.
 bool matmul(const Weight& w, const float* x, int rows, float* y, cudaStream_t s);
 bool matmul_supports(GgmlType t);
@@ -52,5 +58,8 @@ void l2_norm_heads(float* x, size_t row_stride, int rows, int n_heads, int dim, 
 void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v, cudaStream_t s);
 void gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g, const float* beta,
                     int rows, float* S, float* out, float* row_states, cudaStream_t s);
+
+// argmax.cu -- out[r] (device) = argmax of row r (ties: lowest index; NaN never wins; 0 if all NaN).
+void argmax_rows(const float* x, int rows, int n, int32_t* out, cudaStream_t s);
 
 }  // namespace df::cuda
