@@ -186,26 +186,33 @@ const checks = {
 
   // A stop sequence that straddles a token boundary ends the text just before it, streamed or not.
   async stop() {
-    const base = { messages: USER, max_tokens: 24, seed: 11, ...WIDE, chat_template_kwargs: NO_THINK,
+    const base = { messages: USER, max_tokens: 24, seed: 2, ...WIDE, chat_template_kwargs: NO_THINK,
       logprobs: true };
     const r0 = await client.chat.completions.create(base);
     const text = r0.choices[0].message.content;
+    // Token boundaries inside the leading run of printable-ASCII tokens (the random model may
+    // emit invalid UTF-8 later, which the content shows as U+FFFD).
     const tokens = r0.choices[0].logprobs.content.map((e) => Buffer.from(e.bytes).toString('latin1'));
-    const bytes = Buffer.from(text, 'utf8').toString('latin1');  // offsets below are in bytes
-    assert.equal(tokens.join(''), bytes);
-    // First boundary whose two neighbouring characters are printable ASCII and occur first there.
+    let prefix = '';
+    const bounds = [];
+    for (const t of tokens) {
+      if (!/^[\x20-\x7e]*$/.test(t)) break;
+      prefix += t;
+      bounds.push(prefix.length);
+    }
+    assert.ok(text.startsWith(prefix));
+    // The last boundary whose two neighbouring characters are printable and occur first there.
     let stop = null;
     let expected = null;
-    for (let i = 0, off = 0; i + 1 < tokens.length; ++i) {
-      off += tokens[i].length;
-      const s = bytes.slice(off - 1, off + 1);
-      if (/^[\x21-\x7e]{2}$/.test(s) && bytes.indexOf(s) === off - 1) {
+    for (const b of bounds) {
+      const s = prefix.slice(b - 1, b + 1);
+      if (/^[\x21-\x7e]{2}$/.test(s) && text.indexOf(s) === b - 1) {
         stop = s;
-        expected = Buffer.from(bytes.slice(0, off - 1), 'latin1').toString('utf8');
-        break;
+        expected = text.slice(0, b - 1);
       }
     }
-    assert.ok(stop !== null, `no usable token boundary in ${JSON.stringify(text)}`);
+    console.log(`stop ${JSON.stringify(stop)} after ${JSON.stringify(expected)}`);
+    assert.ok(stop !== null && expected.length >= 2, `no usable token boundary in ${JSON.stringify(text)}`);
     const r1 = await client.chat.completions.create({ ...base, stop: [stop, 'never-there'] });
     assert.equal(r1.choices[0].message.content, expected);
     assert.equal(r1.choices[0].finish_reason, 'stop');

@@ -159,6 +159,21 @@ class RawConnection {
     }
     return data_;
   }
+  // Reads until `marker` occurs `n` times, EOF, or the timeout.
+  std::string read_until_count(const std::string& marker, int n) {
+    char buf[4096];
+    auto count = [&] {
+      int c = 0;
+      for (size_t p = data_.find(marker); p != std::string::npos; p = data_.find(marker, p + 1)) ++c;
+      return c;
+    };
+    while (count() < n) {
+      const ssize_t got = ::recv(fd_, buf, sizeof buf, 0);
+      if (got <= 0) break;
+      data_.append(buf, size_t(got));
+    }
+    return data_;
+  }
   std::string read_all() { return read_until(std::string(1, '\0') + "never"); }
 
  private:
