@@ -29,7 +29,7 @@ struct Fixture {
     run_command(std::string(DELTAFLASH_BIN) + " make-model --arch " + arch + " --shape tiny --type " + type +
                 " --seed 21 -o " + dir.file("m.gguf"));
     file = gguf::File::open(dir.file("m.gguf"));
-    be = make_cpu_backend(2);
+    be = make_cpu_backend(1);
     tm = std::make_unique<TargetModel>(*file, *be, ModelOptions{});
   }
 };

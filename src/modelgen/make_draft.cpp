@@ -44,8 +44,9 @@ void make_draft_model(const MakeDraftOptions& opt) {
   if (opt.output.empty()) fail("make-model: no output path (-o OUT.gguf)");
   if (opt.target.empty()) fail("make-model: a drafter needs --target TARGET.gguf");
   auto target = gguf::File::open(opt.target);
-  const HParams thp = HParams::from_gguf(*target);
+  HParams thp = HParams::from_gguf(*target);
   const int64_t n_vocab = target->tensor("token_embd.weight").ne[1];
+  thp.n_vocab = int(n_vocab);
   const DraftHParams h = draft_shape(opt, thp, n_vocab);
   h.validate_against(thp, opt.target);
 
