@@ -21,6 +21,7 @@
 #include "convert/convert.h"
 #include "convert/hf_config.h"
 #include "convert/safetensors.h"
+#include "support/safetensors_writer.h"
 #include "convert/v_heads.h"
 #include "gguf/gguf.h"
 #include "model/target_model.h"
@@ -37,7 +38,11 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using test::f32_bytes;
+using test::safetensors_file;
+using test::StEntry;
 using test::TempDir;
+using test::write_file;
 
 const std::string kData = DELTAFLASH_TEST_DATA;
 std::string golden_dir(const std::string& name) { return kData + "/hf-golden/" + name; }
@@ -97,29 +102,6 @@ std::vector<float> hf_values(const convert::Checkpoint& c, const std::string& na
   return v;
 }
 
-// A safetensors file from (name, dtype, shape, raw bytes) entries.
-struct StEntry {
-  std::string name;
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-
-std::string safetensors_file(const std::vector<StEntry>& entries) {
-  json header = json::object();
-  std::string blob;
-  for (const StEntry& e : entries) {
-    header[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {blob.size(), blob.size() + e.bytes.size()}}};
-    blob += e.bytes;
-  }
-  std::string h = header.dump();
-  while (h.size() % 8) h += ' ';
-  std::string out(8, '\0');
-  const uint64_t n = h.size();
-  std::memcpy(out.data(), &n, 8);
-  return out + h + blob;
-}
-
 std::string raw_header_file(const std::string& header, const std::string& blob) {
   std::string out(8, '\0');
   const uint64_t n = header.size();
@@ -127,12 +109,7 @@ std::string raw_header_file(const std::string& header, const std::string& blob) 
   return out + header + blob;
 }
 
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(bytes.data(), std::streamsize(bytes.size()));
-}
 
-std::string f32_bytes(const std::vector<float>& v) { return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4); }
 
 std::string bf16_bytes(const std::vector<float>& v) {
   std::vector<uint16_t> h(v.size());

@@ -90,8 +90,9 @@ class Backend {
   // Writes k, v rows (rows × n_head_kv*head_dim, contiguous) at positions pos[] of one sequence.
   virtual void kv_store(const KvLayerView& kv, const SeqKv& seq, const float* k, const float* v,
                         const int32_t* pos, int rows) = 0;
-  // Causal attention of `rows` query rows of one sequence: row r (position pos[r]) attends to
-  // the sequence's cached positions 0..pos[r]. Head h of row r's query is at
+  // Attention of `rows` query rows of one sequence: row r attends to the sequence's cached
+  // positions 0..pos[r]. Causal rows pass their own positions; a drafter block, bidirectional
+  // inside, passes the block's last position for every row. Head h of row r's query is at
   // q + r * q_row_stride + h * q_head_stride; output row r is out + r * n_head*head_dim.
   // Query head h uses kv head h / (n_head / n_head_kv). scale = 1/sqrt(head_dim) normally.
   virtual void attention(const float* q, size_t q_row_stride, size_t q_head_stride, int rows,

@@ -9,6 +9,8 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "model/draft_hparams.h"
+#include "modelgen/make_draft.h"
 #include "modelgen/make_model.h"
 #include "util/error.h"
 
@@ -26,7 +28,8 @@ struct IntFlag {
 struct MakeModelArgs {
   MakeModelOptions opt;
   IntFlag layers, hidden, ffn, heads, kv_heads, head_dim, rot_dims, k_heads, v_heads, state_size,
-      value_dim, conv_kernel, attn_interval, nextn;
+      value_dim, conv_kernel, attn_interval, nextn, block, target_layers;
+  std::string target;  // drafters: the target they are for
   int64_t vocab_size = 0;
   CLI::Option* vocab_size_opt = nullptr;
   bool tied = false, untied = false;
@@ -55,7 +58,28 @@ class ProgressBar {
   int last_pct_ = -1;
 };
 
+void run_draft(MakeModelArgs& a) {
+  MakeDraftOptions d;
+  d.target = a.target;
+  d.output = a.opt.output;
+  d.type = a.opt.type;
+  d.seed = a.opt.seed;
+  d.threads = a.opt.threads;
+  d.n_layer = a.layers.get();
+  d.n_head = a.heads.get();
+  d.n_head_kv = a.kv_heads.get();
+  d.head_dim = a.head_dim.get();
+  d.n_ff = a.ffn.get();
+  d.block_size = a.block.get();
+  d.n_target_layers = a.target_layers.get();
+  if (!a.quiet && ::isatty(::fileno(stderr))) d.progress = ProgressBar();
+  make_draft_model(d);
+  if (!a.quiet) std::fprintf(stderr, "wrote %s\n", d.output.c_str());
+}
+
 void run(MakeModelArgs& a) {
+  if (a.opt.arch == kDraftArch) return run_draft(a);
+  if (!a.target.empty()) fail("--target is only for --arch {}", kDraftArch);
   if (a.tied && a.untied) fail("--tied and --untied exclude each other");
   ShapeOverrides& o = a.opt.overrides;
   o.n_layer = a.layers.get();
@@ -91,7 +115,11 @@ void register_make_model(CLI::App& app) {
   auto a = std::make_shared<MakeModelArgs>();
   CLI::App* c = app.add_subcommand("make-model", "Write a GGUF model with random weights (tests, benchmarks)");
   MakeModelOptions& o = a->opt;
-  c->add_option("--arch", o.arch, "qwen35 | qwen3")->capture_default_str();
+  c->add_option("--arch", o.arch, "qwen35 | qwen3 | qwen35-dflash-draft (a drafter for --target)")
+      ->capture_default_str();
+  c->add_option("--target", a->target, "Drafters: the target GGUF the drafter is shaped for");
+  add_int(c, "--block", a->block, "Drafters: block size (default 16)");
+  add_int(c, "--target-layers", a->target_layers, "Drafters: how many target layers are fused (default up to 5)");
   c->add_option("--shape", o.shape, "qwen35: tiny | 0.8b | 27b; qwen3: tiny | 0.6b")->capture_default_str();
   c->add_option("--type", o.type,
                 "Type of every matrix (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, iq4_xs, ...) or a recipe: "

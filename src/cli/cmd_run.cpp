@@ -7,6 +7,7 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "cli/draft_options.h"
 #include "cli/loaded_model.h"
 #include "util/error.h"
 #include "engine/chat_prompt.h"
@@ -26,6 +27,7 @@ struct RunArgs {
   int64_t seed = -1;
   std::vector<std::string> logit_bias;  // "ID=BIAS"
   SamplingParams sp;
+  DraftArgs draft;
 };
 
 void run(const RunArgs& a) {
@@ -51,18 +53,27 @@ void run(const RunArgs& a) {
       fail("--logit-bias '{}': expected TOKEN_ID=BIAS with a token id inside the vocabulary", b);
     opt.sampling.logit_bias[id[0]] = bias;
   }
-  Generator gen(*m.model, m.tokenizer.get(), a.ctx);
+  LoadedDraft draft;
+  std::unique_ptr<SpecDecoder> spec;
+  std::unique_ptr<Generator> gen;
+  if (!a.draft.path.empty()) {
+    draft = load_draft(a.draft, *m.model, a.ctx);
+    spec = std::make_unique<SpecDecoder>(*m.model, *draft.source, m.tokenizer.get(), a.ctx, a.draft.spec_options());
+  } else {
+    gen = std::make_unique<Generator>(*m.model, m.tokenizer.get(), a.ctx);
+  }
   StreamDecoder dec(*m.tokenizer);
   if (!a.chat) {
     std::fwrite(text.data(), 1, text.size(), stdout);
   }
-  const GenerateStats st = gen.generate(prompt, opt, [&](int32_t tok) {
+  auto on_token = [&](int32_t tok) {
     if (m.tokenizer->is_eog(tok)) return true;
     const std::string piece = dec.push(tok);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
     return true;
-  });
+  };
+  const GenerateStats st = spec ? spec->generate(prompt, opt, on_token) : gen->generate(prompt, opt, on_token);
   const std::string tail = dec.flush();
   std::fwrite(tail.data(), 1, tail.size(), stdout);
   std::fputc('\n', stdout);
@@ -73,11 +84,21 @@ void run(const RunArgs& a) {
                         {"prefill_seconds", st.prefill_seconds},    {"decode_seconds", st.decode_seconds},
                         {"finish_reason", st.finish_reason},        {"seed", opt.sampling.seed},
                         {"device", m.backend->name()}};
+    if (spec) {
+      j["draft_steps"] = st.draft_steps;
+      j["plain_steps"] = st.plain_steps;
+      j["drafted_tokens"] = st.drafted_tokens;
+      j["accepted_tokens"] = st.accepted_tokens;
+      j["mean_accept_len"] = st.mean_accept_len();
+    }
     std::fprintf(stderr, "%s\n", j.dump().c_str());
   } else {
     std::fprintf(stderr, "[prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s | %s | seed %llu]\n",
                  st.prompt_tokens, st.prefill_tok_s(), st.generated_tokens, st.decode_tok_s(),
                  st.finish_reason.c_str(), static_cast<unsigned long long>(opt.sampling.seed));
+    if (spec)
+      std::fprintf(stderr, "[draft: %d steps, %d drafted, %d accepted, tau %.2f, %d plain steps]\n", st.draft_steps,
+                   st.drafted_tokens, st.accepted_tokens, st.mean_accept_len(), st.plain_steps);
   }
 }
 
@@ -103,6 +124,7 @@ void register_run(CLI::App& app) {
   c->add_flag("--chat", a->chat, "Wrap the prompt as a chat turn (ChatML)");
   c->add_option("--system", a->system, "System prompt (with --chat)");
   add_backend_flags(c, a->load);
+  add_draft_flags(c, a->draft);
   c->add_option("-c,--ctx", a->ctx, "Context size in tokens")->capture_default_str();
   c->add_option("-b,--batch", a->batch, "Prefill chunk size in tokens")->capture_default_str();
   c->add_flag("--stats-json", a->stats_json, "Print the closing stats as one JSON object on stderr");

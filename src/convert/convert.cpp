@@ -10,7 +10,9 @@
 #include <filesystem>
 #include <map>
 
+#include "convert/convert_dflash.h"
 #include "convert/convert_tensor.h"
+#include <fstream>
 #include "convert/hf_config.h"
 #include "convert/safetensors.h"
 #include "convert/tensor_map.h"
@@ -175,6 +177,18 @@ std::string model_name(const std::string& dir) {
 void convert_hf(const ConvertOptions& opt) {
   if (opt.output.empty()) fail("convert: no output path (-o OUT.gguf)");
   const Log log = opt.log ? opt.log : Log(default_log);
+  {  // DFlash drafters have their own layout
+    const fs::path cfg_path = fs::path(opt.input_dir) / "config.json";
+    std::ifstream in(cfg_path);
+    if (!in) fail("{}: cannot open", cfg_path.string());
+    nlohmann::json raw = nlohmann::json::parse(in, nullptr, false);
+    if (raw.is_discarded()) fail("{}: not valid JSON", cfg_path.string());
+    if (is_dflash_config(raw)) {
+      ConvertOptions o = opt;
+      o.log = log;
+      return convert_dflash(o, raw);
+    }
+  }
   HfModelConfig cfg = convert::read_hf_config((fs::path(opt.input_dir) / "config.json").string());
   for (const std::string& note : cfg.notes) log(note);
   const std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(opt.input_dir);

@@ -27,6 +27,13 @@ struct GenerateStats {
   double prefill_seconds = 0;
   double decode_seconds = 0;  // from the first generated token's sampling to the last one
   std::string finish_reason;  // "stop" (eog), "length", "callback"
+  // Speculative decoding (zero for plain generation).
+  int draft_steps = 0;      // verify forwards that carried drafts
+  int plain_steps = 0;      // one-row forwards while speculation was off (policy) or out of room
+  int drafted_tokens = 0;   // drafts verified
+  int accepted_tokens = 0;  // drafts kept
+  // tau: tokens committed per draft step, counting the target's own (bonus) token.
+  double mean_accept_len() const { return draft_steps ? double(accepted_tokens + draft_steps) / draft_steps : 0; }
   double prefill_tok_s() const { return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0; }
   double decode_tok_s() const {
     return decode_seconds > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_seconds : 0;

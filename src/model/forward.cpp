@@ -3,6 +3,7 @@
 // where Mixer is gated attention or Gated DeltaNet, then RMSNorm + LM head for the rows that
 // want logits. Matrix products run over all rows of the batch at once; attention and the
 // recurrent parts run per sequence segment.
+#include <algorithm>
 #include <cmath>
 
 #include "gguf/gguf.h"
@@ -31,11 +32,13 @@ struct TargetModel::Scratch {
     return static_cast<T*>(p);
   }
   float *x, *u, *tmp, *qg, *k, *v, *attn, *qkv, *conv, *z, *alpha, *beta, *gdn, *gate, *up, *lhid, *logits;
+  float* features = nullptr;  // [max_batch_rows][n_feature_layers * n_embd] when capturing
   int32_t *tokens, *pos;
   // Host copies of the current batch, and its segments.
   std::vector<int32_t> h_tokens, h_pos;
   struct Segment {
     int seq, begin, n;
+    bool speculative;
   };
   std::vector<Segment> segs;
 };
@@ -80,7 +83,7 @@ GdnShape TargetModel::gdn_shape() const {
   return GdnShape{hp_.ssm_n_group, hp_.ssm_dt_rank, hp_.ssm_d_state, hp_.d_v()};
 }
 
-std::unique_ptr<SequenceStore> TargetModel::make_state(int n_seqs, int ctx) const {
+std::unique_ptr<SequenceStore> TargetModel::make_state(int n_seqs, int ctx, int checkpoint_rows) const {
   constexpr int kBlockTokens = 16;
   std::unique_ptr<KvPool> kv;
   std::unique_ptr<RecurrentPool> rec;
@@ -89,7 +92,8 @@ std::unique_ptr<SequenceStore> TargetModel::make_state(int n_seqs, int ctx) cons
     kv = std::make_unique<KvPool>(be_, n_attn_, blocks_per_seq * n_seqs, kBlockTokens, hp_.n_head_kv, hp_.head_dim,
                                   opt_.kv_type);
   }
-  if (n_gdn_ > 0) rec = std::make_unique<RecurrentPool>(be_, n_gdn_, n_seqs, gdn_shape(), hp_.ssm_conv_kernel);
+  if (n_gdn_ > 0)
+    rec = std::make_unique<RecurrentPool>(be_, n_gdn_, n_seqs, gdn_shape(), hp_.ssm_conv_kernel, checkpoint_rows);
   return std::make_unique<SequenceStore>(std::move(kv), std::move(rec), ctx);
 }
 
@@ -115,15 +119,21 @@ void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& 
     if (s.segs.empty() || s.segs.back().seq != row.seq) {
       for (const auto& sg : s.segs)
         if (sg.seq == row.seq) fail("rows of sequence {} are not contiguous in the batch", row.seq);
-      s.segs.push_back({row.seq, r, 0});
+      s.segs.push_back({row.seq, r, 0, row.speculative});
     } else if (row.pos != batch.rows[size_t(r) - 1].pos + 1) {
       fail("positions of sequence {} are not consecutive in the batch", row.seq);
+    } else if (row.speculative != s.segs.back().speculative) {
+      fail("sequence {} mixes speculative and ordinary rows in one batch", row.seq);
     }
     s.segs.back().n++;
   }
   for (const auto& sg : s.segs) {
     Sequence& q = st.get(sg.seq);
     const int p0 = batch.rows[size_t(sg.begin)].pos;
+    if (q.spec_rows > 0) fail("sequence {} has an uncommitted speculative segment", sg.seq);
+    if (sg.speculative && n_gdn_ > 0 && sg.n > st.recurrent()->checkpoint_rows())
+      fail("speculative segment of {} rows exceeds the state's {} checkpoint rows", sg.n,
+           st.recurrent()->checkpoint_rows());
     // Recurrent state cannot rewind (rollback goes through checkpoints), so a hybrid model
     // only appends; attention-only models may overwrite uncommitted positions.
     if (n_gdn_ > 0 ? p0 != q.n_past : (p0 < 0 || p0 > q.n_past))
@@ -146,8 +156,16 @@ void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& 
     be_.rms_norm(s.x, E, L.post_norm, R, int(E), hp_.rms_eps, s.u, E);
     ffn(L, R);
     be_.add(s.x, s.tmp, int64_t(R) * int64_t(E));
+    capture_features(int(&L - layers_.data()), R);
   }
-  for (const auto& sg : s.segs) st.get(sg.seq).n_past = batch.rows[size_t(sg.begin + sg.n - 1)].pos + 1;
+  for (const auto& sg : s.segs) {
+    Sequence& q = st.get(sg.seq);
+    q.n_past = batch.rows[size_t(sg.begin + sg.n - 1)].pos + 1;
+    if (sg.speculative) {
+      q.spec_begin = batch.rows[size_t(sg.begin)].pos;
+      q.spec_rows = sg.n;
+    }
+  }
 
   // LM head over the rows that asked, max_logit_rows at a time.
   const size_t V = size_t(hp_.n_vocab);
@@ -200,8 +218,14 @@ void TargetModel::deltanet_layer(const LayerWeights& L, const Batch& batch, Sequ
   be_.matmul(L.wbeta, s.u, R, s.beta);
   be_.matmul(L.walpha, s.u, R, s.alpha);
   RecurrentPool& rec = *st.recurrent();
+  const int hist = hp_.ssm_conv_kernel - 1;
   for (const auto& sg : s.segs) {
     const int slot = st.get(sg.seq).recurrent_slot;
+    if (sg.speculative) {  // keep [window before ; segment inputs] so commit can rebuild any window
+      float* h = rec.conv_history(slot, L.gdn_index);
+      be_.copy(h, rec.conv(slot, L.gdn_index), size_t(hist) * CD * sizeof(float));
+      be_.copy(h + size_t(hist) * CD, s.qkv + sg.begin * CD, size_t(sg.n) * CD * sizeof(float));
+    }
     be_.conv1d_silu(s.qkv + sg.begin * CD, CD, sg.n, int(CD), L.conv_w, hp_.ssm_conv_kernel,
                     rec.conv(slot, L.gdn_index), s.conv + sg.begin * CD, CD);
   }
@@ -210,8 +234,10 @@ void TargetModel::deltanet_layer(const LayerWeights& L, const Batch& batch, Sequ
   be_.gdn_gates(s.beta, s.alpha, L.ssm_a, L.dt_bias, R, g.n_v);
   for (const auto& sg : s.segs) {
     const int slot = st.get(sg.seq).recurrent_slot;
+    float* row_states = sg.speculative ? rec.row_states(slot, L.gdn_index) : nullptr;
     be_.gdn_delta_rule(g, s.conv + sg.begin * CD, CD, s.alpha + sg.begin * g.n_v, s.beta + sg.begin * g.n_v, sg.n,
-                       rec.state(slot, L.gdn_index), s.gdn + sg.begin * VD, sg.n >= kChunkedMinRows);
+                       rec.state(slot, L.gdn_index), s.gdn + sg.begin * VD,
+                       !sg.speculative && sg.n >= kChunkedMinRows, row_states);
   }
   be_.gated_rms_norm(s.gdn, s.z, L.ssm_norm, R, g.n_v, g.d_v, hp_.rms_eps);
   be_.matmul(L.ssm_out, s.gdn, R, s.tmp);
@@ -223,6 +249,54 @@ void TargetModel::ffn(const LayerWeights& L, int rows) {
   be_.matmul(L.ffn_up, s.u, rows, s.up);
   be_.swiglu(s.gate, s.up, int64_t(rows) * hp_.n_ff, s.gate);
   be_.matmul(L.ffn_down, s.gate, rows, s.tmp);
+}
+
+void TargetModel::commit(SequenceStore& st, int seq, int n_keep) {
+  Sequence& q = st.get(seq);
+  if (q.spec_rows <= 0) fail("sequence {} has no speculative segment to commit", seq);
+  if (n_keep < 1 || n_keep > q.spec_rows)
+    fail("commit of {} rows: the speculative segment has {}", n_keep, q.spec_rows);
+  if (n_gdn_ > 0 && n_keep < q.spec_rows) {
+    RecurrentPool& rec = *st.recurrent();
+    const size_t CD = size_t(gdn_shape().conv_dim());
+    const size_t hist = size_t(hp_.ssm_conv_kernel - 1);
+    for (int l = 0; l < n_gdn_; ++l) {
+      be_.copy(rec.state(q.recurrent_slot, l), rec.row_states(q.recurrent_slot, l) + size_t(n_keep - 1) * rec.state_floats(),
+               rec.state_floats() * sizeof(float));
+      // The window after row n_keep-1 is rows [n_keep, n_keep + K-1) of [old window ; inputs].
+      be_.copy(rec.conv(q.recurrent_slot, l), rec.conv_history(q.recurrent_slot, l) + size_t(n_keep) * CD,
+               hist * CD * sizeof(float));
+    }
+  }
+  q.n_past = q.spec_begin + n_keep;
+  q.spec_begin = -1;
+  q.spec_rows = 0;
+}
+
+void TargetModel::set_feature_layers(const std::vector<int>& layer_ids) {
+  for (int id : layer_ids)
+    if (id < 0 || id >= hp_.n_layer) fail("feature layer {} is outside the model's {} layers", id, hp_.n_layer);
+  feature_layers_ = layer_ids;
+  Scratch& s = *s_;
+  if (s.features) {
+    be_.release(s.features);
+    s.bufs.erase(std::find(s.bufs.begin(), s.bufs.end(), static_cast<void*>(s.features)));
+    s.features = nullptr;
+  }
+  if (!layer_ids.empty()) s.features = s.make<float>(size_t(opt_.max_batch_rows) * size_t(feature_width()));
+}
+
+const float* TargetModel::features() const { return s_->features; }
+
+int TargetModel::feature_width() const { return int(feature_layers_.size()) * hp_.n_embd; }
+
+void TargetModel::capture_features(int layer, int rows) {
+  for (size_t j = 0; j < feature_layers_.size(); ++j) {
+    if (feature_layers_[j] != layer) continue;
+    const size_t E = size_t(hp_.n_embd);
+    be_.copy_2d(s_->features + j * E, size_t(feature_width()) * sizeof(float), s_->x, E * sizeof(float),
+                E * sizeof(float), rows);
+  }
 }
 
 }  // namespace df

@@ -55,11 +55,29 @@ class TargetModel {
   int n_recurrent_layers() const { return n_gdn_; }
   const ModelOptions& options() const { return opt_; }
 
-  // State pools sized for n_seqs sequences of up to ctx tokens each.
-  std::unique_ptr<SequenceStore> make_state(int n_seqs, int ctx) const;
+  // State pools sized for n_seqs sequences of up to ctx tokens each; checkpoint_rows > 0 makes
+  // room for speculative segments of up to that many rows per sequence.
+  std::unique_ptr<SequenceStore> make_state(int n_seqs, int ctx, int checkpoint_rows = 0) const;
 
   // Runs the batch, advancing each sequence's state. Throws df::Error on invalid batches.
+  // A sequence's speculative rows (BatchRow::speculative) must be the whole segment and leave
+  // it provisional: the next forward of that sequence requires a commit first.
   void forward(const Batch& batch, SequenceStore& state, ForwardOutput& out);
+  // Keeps the first n_keep rows (1..rows) of the sequence's speculative segment: the recurrent
+  // state and conv window become those after row n_keep-1 (copied from checkpoints, no
+  // recomputation) and later KV rows are left uncommitted.
+  void commit(SequenceStore& state, int seq, int n_keep);
+
+  // Hidden-state capture for a drafter: after set_feature_layers(ids), every forward writes, for
+  // each batch row r, the outputs of decoder layers ids[0..n) side by side into
+  // features() + r * feature_width() (backend memory, valid until the next forward).
+  void set_feature_layers(const std::vector<int>& layer_ids);
+  const float* features() const;
+  int feature_width() const;
+
+  // Shared with a drafter: the token embedding and the LM head (the embedding when tied).
+  const Weight& token_embedding() const { return tok_embd_; }
+  const Weight& lm_head() const { return output_; }
 
  private:
   struct Scratch;
@@ -67,6 +85,7 @@ class TargetModel {
   void attention_layer(const LayerWeights& L, const Batch& b, SequenceStore& st);
   void deltanet_layer(const LayerWeights& L, const Batch& b, SequenceStore& st);
   void ffn(const LayerWeights& L, int rows);
+  void capture_features(int layer, int rows);
 
   HParams hp_;
   Backend& be_;
@@ -74,6 +93,7 @@ class TargetModel {
   Weight tok_embd_, output_;
   const float* output_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
+  std::vector<int> feature_layers_;
   int n_attn_ = 0, n_gdn_ = 0;
   std::vector<void*> owned_;  // backend buffers owned by the model (converted small tensors)
   std::unique_ptr<Scratch> s_;

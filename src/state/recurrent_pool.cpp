@@ -2,8 +2,9 @@
 
 namespace df {
 
-RecurrentPool::RecurrentPool(Backend& be, int n_layers, int n_slots, const GdnShape& shape, int conv_kernel)
-    : be_(be), n_layers_(n_layers), n_slots_(n_slots) {
+RecurrentPool::RecurrentPool(Backend& be, int n_layers, int n_slots, const GdnShape& shape, int conv_kernel,
+                             int checkpoint_rows)
+    : be_(be), n_layers_(n_layers), n_slots_(n_slots), checkpoint_rows_(checkpoint_rows) {
   state_floats_ = shape.state_floats();
   conv_floats_ = size_t(conv_kernel - 1) * shape.conv_dim();
   layer_floats_ = state_floats_ + conv_floats_;
@@ -11,9 +12,18 @@ RecurrentPool::RecurrentPool(Backend& be, int n_layers, int n_slots, const GdnSh
   total_floats_ = slot_floats_ * size_t(n_slots);
   base_ = static_cast<float*>(be_.alloc(std::max<size_t>(total_floats_, 1) * sizeof(float)));
   for (int s = n_slots - 1; s >= 0; --s) free_.push_back(s);
+  if (checkpoint_rows_ > 0) {
+    checkpoint_layer_floats_ = size_t(checkpoint_rows_) * state_floats_ +
+                               size_t(conv_kernel - 1 + checkpoint_rows_) * shape.conv_dim();
+    checkpoint_total_floats_ = checkpoint_layer_floats_ * size_t(n_layers) * size_t(n_slots);
+    checkpoints_ = static_cast<float*>(be_.alloc(checkpoint_total_floats_ * sizeof(float)));
+  }
 }
 
-RecurrentPool::~RecurrentPool() { be_.release(base_); }
+RecurrentPool::~RecurrentPool() {
+  be_.release(base_);
+  if (checkpoints_) be_.release(checkpoints_);
+}
 
 int RecurrentPool::alloc_slot() {
   if (free_.empty()) return -1;

@@ -1,5 +1,8 @@
 // Gated DeltaNet state for all recurrent layers, one slot per sequence: the delta-rule state
 // S [n_v][d_k][d_v] and the conv window [K-1][conv_dim], both f32 (rollback must be exact).
+// With checkpoint_rows > 0 each slot also has, per layer, room for a speculative segment of up
+// to that many rows: the state after every row, and the conv inputs [old window ; the rows], so
+// committing any prefix of the segment is two copies.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -10,14 +13,25 @@ namespace df {
 
 class RecurrentPool {
  public:
-  RecurrentPool(Backend& be, int n_layers, int n_slots, const GdnShape& shape, int conv_kernel);
+  RecurrentPool(Backend& be, int n_layers, int n_slots, const GdnShape& shape, int conv_kernel,
+                int checkpoint_rows = 0);
   ~RecurrentPool();
   RecurrentPool(const RecurrentPool&) = delete;
   RecurrentPool& operator=(const RecurrentPool&) = delete;
 
   float* state(int slot, int layer) const { return base_ + slot_offset(slot) + size_t(layer) * layer_floats_; }
   float* conv(int slot, int layer) const { return state(slot, layer) + state_floats_; }
-  size_t bytes() const { return total_floats_ * sizeof(float); }
+  size_t bytes() const { return (total_floats_ + checkpoint_total_floats_) * sizeof(float); }
+
+  int checkpoint_rows() const { return checkpoint_rows_; }
+  // Row t's state checkpoint is row_states(slot, layer) + t * state_floats().
+  float* row_states(int slot, int layer) const { return checkpoint_layer(slot, layer); }
+  // [K-1 + checkpoint_rows][conv_dim]: the window before the segment, then the segment's inputs.
+  float* conv_history(int slot, int layer) const {
+    return checkpoint_layer(slot, layer) + size_t(checkpoint_rows_) * state_floats_;
+  }
+  size_t state_floats() const { return state_floats_; }
+  size_t conv_floats() const { return conv_floats_; }
 
   int alloc_slot();  // -1 when exhausted; the slot is zeroed
   void free_slot(int slot);
@@ -25,10 +39,16 @@ class RecurrentPool {
 
  private:
   size_t slot_offset(int slot) const { return size_t(slot) * slot_floats_; }
+  float* checkpoint_layer(int slot, int layer) const {
+    return checkpoints_ + (size_t(slot) * n_layers_ + size_t(layer)) * checkpoint_layer_floats_;
+  }
   Backend& be_;
   int n_layers_, n_slots_;
   size_t state_floats_, conv_floats_, layer_floats_, slot_floats_, total_floats_;
   float* base_ = nullptr;
+  int checkpoint_rows_ = 0;
+  size_t checkpoint_layer_floats_ = 0, checkpoint_total_floats_ = 0;
+  float* checkpoints_ = nullptr;
   std::vector<int> free_;
   std::vector<float> zeros_;
 };

@@ -37,6 +37,8 @@ void SequenceStore::reset(int id) {
   s.block_table.clear();
   if (rec_ && s.recurrent_slot >= 0) rec_->clear_slot(s.recurrent_slot);
   s.n_past = 0;
+  s.spec_begin = -1;
+  s.spec_rows = 0;
 }
 
 void SequenceStore::reserve(int id, int n_tokens) {

@@ -16,6 +16,9 @@ struct Sequence {
   int recurrent_slot = -1;
   std::vector<int32_t> block_table;
   int n_past = 0;  // tokens whose state is committed (KV rows 0..n_past-1, recurrent state after them)
+  // A speculative segment awaiting TargetModel::commit: its first position and row count.
+  int spec_begin = -1;
+  int spec_rows = 0;
 };
 
 class SequenceStore {

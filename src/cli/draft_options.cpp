@@ -1,0 +1,28 @@
+#include "cli/draft_options.h"
+
+#include <CLI/CLI.hpp>
+
+namespace df::cli {
+
+void add_draft_flags(CLI::App* cmd, DraftArgs& a) {
+  cmd->add_option("--draft", a.path, "DFlash drafter GGUF: speculative decoding (same output, faster)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--draft-block", a.block,
+                  "Verify block size, 2..the drafter's trained size (0 = the trained size)")
+      ->capture_default_str();
+  cmd->add_option("--draft-adaptive", a.adaptive,
+                  "Turn speculation off while it measures slower than plain decoding (true|false)")
+      ->capture_default_str();
+  cmd->add_option("--draft-reprobe", a.reprobe, "Plain tokens before speculation is tried again after turning off")
+      ->capture_default_str();
+}
+
+LoadedDraft load_draft(const DraftArgs& a, TargetModel& target, int ctx) {
+  LoadedDraft d;
+  d.file = gguf::File::open(a.path);
+  d.model = std::make_unique<DraftModel>(*d.file, target, a.block);
+  d.source = std::make_unique<DFlashSource>(*d.model, target, ctx);
+  return d;
+}
+
+}  // namespace df::cli

@@ -1,0 +1,36 @@
+// The speculative-decoding flags shared by run, bench and serve, and loading the drafter they name.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "gguf/gguf.h"
+#include "model/draft_model.h"
+#include "spec/draft_source.h"
+#include "spec/spec_decoder.h"
+
+namespace CLI {
+class App;
+}
+
+namespace df::cli {
+
+struct DraftArgs {
+  std::string path;     // --draft: a DFlash drafter GGUF; empty = plain decoding
+  int block = 0;        // --draft-block: 0 = the drafter's trained block size
+  bool adaptive = true; // --draft-adaptive
+  int reprobe = 64;     // --draft-reprobe
+  SpecOptions spec_options() const { return SpecOptions{adaptive, reprobe, 0}; }
+};
+
+void add_draft_flags(CLI::App* cmd, DraftArgs& a);
+
+struct LoadedDraft {
+  std::unique_ptr<gguf::File> file;
+  std::unique_ptr<DraftModel> model;
+  std::unique_ptr<DFlashSource> source;
+};
+
+// Opens and validates the drafter against the target; its context matches ctx.
+LoadedDraft load_draft(const DraftArgs& a, TargetModel& target, int ctx);
+
+}  // namespace df::cli

@@ -1,0 +1,188 @@
+#include "model/draft_model.h"
+
+#include <cmath>
+
+#include "gguf/gguf.h"
+#include "model/target_model.h"
+#include "model/weight_binder.h"
+#include "util/error.h"
+
+namespace df {
+
+struct DraftModel::Scratch {
+  Backend& be;
+  std::vector<void*> bufs;
+  explicit Scratch(Backend& b) : be(b) {}
+  ~Scratch() {
+    for (void* p : bufs) be.release(p);
+  }
+  template <typename T>
+  T* make(size_t n) {
+    void* p = be.alloc(std::max<size_t>(n, 1) * sizeof(T));
+    bufs.push_back(p);
+    return static_cast<T*>(p);
+  }
+  float *x, *u, *tmp, *q, *k, *v, *attn, *gate, *up, *fused, *lhid, *logits;
+  int32_t *tokens, *pos, *bound;
+  std::vector<int32_t> h_tokens, h_pos, h_bound;
+};
+
+DraftModel::DraftModel(const gguf::File& file, TargetModel& target, int block_size)
+    : hp_(DraftHParams::from_gguf(file)), target_(target), be_(target.backend()) {
+  const HParams& t = target.hparams();
+  for (int& id : hp_.target_layer_ids)  // files without explicit ids use the published spread
+    if (id == -1) {
+      hp_.target_layer_ids = DraftHParams::default_layer_ids(t.n_layer, hp_.n_target_layers());
+      break;
+    }
+  hp_.validate_against(t, file.path());
+  if (block_size != 0 && (block_size < 2 || block_size > hp_.block_size))
+    fail("draft block {} is outside 2..{} (the drafter was trained with blocks of {})", block_size, hp_.block_size,
+         hp_.block_size);
+  block_ = block_size ? block_size : hp_.block_size;
+  bind(file);
+  target_.set_feature_layers(hp_.target_layer_ids);
+
+  max_ingest_rows_ = target.options().max_batch_rows;
+  const size_t B = size_t(block_), R = std::max<size_t>(B, size_t(max_ingest_rows_)), E = size_t(hp_.n_embd);
+  const size_t HD = size_t(hp_.n_head) * hp_.head_dim, KVD = size_t(hp_.n_head_kv) * hp_.head_dim;
+  s_ = std::make_unique<Scratch>(be_);
+  Scratch& s = *s_;
+  s.x = s.make<float>(B * E);
+  s.u = s.make<float>(B * E);
+  s.tmp = s.make<float>(B * E);
+  s.q = s.make<float>(B * HD);
+  s.attn = s.make<float>(B * HD);
+  s.k = s.make<float>(R * KVD);
+  s.v = s.make<float>(R * KVD);
+  s.gate = s.make<float>(B * size_t(hp_.n_ff));
+  s.up = s.make<float>(B * size_t(hp_.n_ff));
+  s.fused = s.make<float>(size_t(max_ingest_rows_) * E);
+  s.lhid = s.make<float>(B * E);
+  s.logits = s.make<float>(B * size_t(t.n_vocab));
+  s.tokens = s.make<int32_t>(B);
+  s.pos = s.make<int32_t>(R);
+  s.bound = s.make<int32_t>(B);
+}
+
+DraftModel::~DraftModel() {
+  s_.reset();
+  for (void* p : owned_) be_.release(p);
+}
+
+void DraftModel::bind(const gguf::File& f) {
+  Binder b(f, be_, owned_);
+  const int64_t E = hp_.n_embd, F = hp_.n_ff, HD = int64_t(hp_.n_head) * hp_.head_dim;
+  const int64_t KVD = int64_t(hp_.n_head_kv) * hp_.head_dim, D = hp_.head_dim;
+  fc_ = b.matrix("dflash.fc.weight", E * hp_.n_target_layers(), E);
+  hidden_norm_ = b.vector("dflash.hidden_norm.weight", {E});
+  output_norm_ = b.vector("output_norm.weight", {E});
+  layers_.resize(size_t(hp_.n_layer));
+  for (int i = 0; i < hp_.n_layer; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    DraftLayerWeights& L = layers_[size_t(i)];
+    L.attn_norm = b.vector(p + "attn_norm.weight", {E});
+    L.ffn_norm = b.vector(p + (b.has(p + "ffn_norm.weight") ? "ffn_norm.weight" : "post_attention_norm.weight"), {E});
+    L.q_norm = b.vector(p + "attn_q_norm.weight", {D});
+    L.k_norm = b.vector(p + "attn_k_norm.weight", {D});
+    L.wq = b.matrix(p + "attn_q.weight", E, HD);
+    L.wk = b.matrix(p + "attn_k.weight", E, KVD);
+    L.wv = b.matrix(p + "attn_v.weight", E, KVD);
+    L.wo = b.matrix(p + "attn_output.weight", HD, E);
+    L.ffn_gate = b.matrix(p + "ffn_gate.weight", E, F);
+    L.ffn_up = b.matrix(p + "ffn_up.weight", E, F);
+    L.ffn_down = b.matrix(p + "ffn_down.weight", F, E);
+  }
+}
+
+std::unique_ptr<SequenceStore> DraftModel::make_state(int n_seqs, int ctx) const {
+  constexpr int kBlockTokens = 16;
+  // Room for the block written after the context, never committed.
+  const int blocks_per_seq = (ctx + block_ + kBlockTokens - 1) / kBlockTokens;
+  auto kv = std::make_unique<KvPool>(be_, hp_.n_layer, blocks_per_seq * n_seqs, kBlockTokens, hp_.n_head_kv,
+                                     hp_.head_dim, target_.options().kv_type);
+  return std::make_unique<SequenceStore>(std::move(kv), nullptr, ctx + block_);
+}
+
+// K (normed, rotated) and V of `rows` fused context rows (s.fused), stored at positions s.pos.
+void DraftModel::store_context_kv(const DraftLayerWeights& L, int rows, const SeqKv& seq, const KvLayerView& kv) {
+  Scratch& s = *s_;
+  const int D = hp_.head_dim, Hkv = hp_.n_head_kv;
+  be_.matmul(L.wk, s.fused, rows, s.k);
+  be_.matmul(L.wv, s.fused, rows, s.v);
+  be_.rms_norm(s.k, size_t(D), L.k_norm, rows * Hkv, D, hp_.rms_eps, s.k, size_t(D));
+  be_.rope_neox(s.k, size_t(Hkv) * D, size_t(D), rows, Hkv, s.pos, D, hp_.rope_theta);
+  be_.kv_store(kv, seq, s.k, s.v, s.pos, rows);
+}
+
+void DraftModel::ingest(SequenceStore& st, int seq, const float* features, int rows) {
+  Scratch& s = *s_;
+  const size_t E = size_t(hp_.n_embd), W = E * size_t(hp_.n_target_layers());
+  for (int r0 = 0; r0 < rows; r0 += max_ingest_rows_) {
+    const int n = std::min(max_ingest_rows_, rows - r0);
+    Sequence& q = st.get(seq);
+    const int p0 = q.n_past;
+    st.reserve(seq, p0 + n);
+    s.h_pos.resize(size_t(n));
+    for (int i = 0; i < n; ++i) s.h_pos[size_t(i)] = p0 + i;
+    be_.upload(s.pos, s.h_pos.data(), size_t(n) * sizeof(int32_t));
+    be_.matmul(fc_, features + size_t(r0) * W, n, s.fused);
+    be_.rms_norm(s.fused, E, hidden_norm_, n, int(E), hp_.rms_eps, s.fused, E);
+    const SeqKv sk{q.block_table.data(), int(q.block_table.size())};
+    for (size_t l = 0; l < layers_.size(); ++l) store_context_kv(layers_[l], n, sk, st.kv()->layer(int(l)));
+    q.n_past = p0 + n;
+  }
+}
+
+void DraftModel::layer(const DraftLayerWeights& L, int B, const SeqKv& seq, const KvLayerView& kv) {
+  Scratch& s = *s_;
+  const int H = hp_.n_head, Hkv = hp_.n_head_kv, D = hp_.head_dim;
+  const size_t E = size_t(hp_.n_embd), HD = size_t(H) * D, KVD = size_t(Hkv) * D;
+  be_.rms_norm(s.x, E, L.attn_norm, B, int(E), hp_.rms_eps, s.u, E);
+  be_.matmul(L.wq, s.u, B, s.q);
+  be_.matmul(L.wk, s.u, B, s.k);
+  be_.matmul(L.wv, s.u, B, s.v);
+  be_.rms_norm(s.q, size_t(D), L.q_norm, B * H, D, hp_.rms_eps, s.q, size_t(D));
+  be_.rms_norm(s.k, size_t(D), L.k_norm, B * Hkv, D, hp_.rms_eps, s.k, size_t(D));
+  be_.rope_neox(s.q, HD, size_t(D), B, H, s.pos, D, hp_.rope_theta);
+  be_.rope_neox(s.k, KVD, size_t(D), B, Hkv, s.pos, D, hp_.rope_theta);
+  be_.kv_store(kv, seq, s.k, s.v, s.pos, B);
+  // Every block row's visible range ends at the block's last position: bidirectional block.
+  be_.attention(s.q, HD, size_t(D), B, s.bound, H, kv, seq, 1.0f / std::sqrt(float(D)), s.attn);
+  be_.matmul(L.wo, s.attn, B, s.tmp);
+  be_.add(s.x, s.tmp, int64_t(B) * int64_t(E));
+  be_.rms_norm(s.x, E, L.ffn_norm, B, int(E), hp_.rms_eps, s.u, E);
+  be_.matmul(L.ffn_gate, s.u, B, s.gate);
+  be_.matmul(L.ffn_up, s.u, B, s.up);
+  be_.swiglu(s.gate, s.up, int64_t(B) * hp_.n_ff, s.gate);
+  be_.matmul(L.ffn_down, s.gate, B, s.tmp);
+  be_.add(s.x, s.tmp, int64_t(B) * int64_t(E));
+}
+
+void DraftModel::draft(SequenceStore& st, int seq, int32_t anchor, std::vector<float>& logits) {
+  Scratch& s = *s_;
+  const int B = block_;
+  const size_t E = size_t(hp_.n_embd), V = size_t(target_.hparams().n_vocab);
+  if (anchor < 0 || size_t(anchor) >= V) fail("draft anchor token {} is outside the vocabulary", anchor);
+  Sequence& q = st.get(seq);
+  const int p0 = q.n_past;
+  st.reserve(seq, p0 + B);
+  s.h_tokens.assign(size_t(B), hp_.mask_token_id);
+  s.h_tokens[0] = anchor;
+  s.h_pos.resize(size_t(B));
+  s.h_bound.assign(size_t(B), p0 + B - 1);
+  for (int i = 0; i < B; ++i) s.h_pos[size_t(i)] = p0 + i;
+  be_.upload(s.tokens, s.h_tokens.data(), size_t(B) * sizeof(int32_t));
+  be_.upload(s.pos, s.h_pos.data(), size_t(B) * sizeof(int32_t));
+  be_.upload(s.bound, s.h_bound.data(), size_t(B) * sizeof(int32_t));
+  be_.embed(target_.token_embedding(), s.tokens, B, s.x);
+  const SeqKv sk{q.block_table.data(), int(q.block_table.size())};
+  for (size_t l = 0; l < layers_.size(); ++l) layer(layers_[l], B, sk, st.kv()->layer(int(l)));
+  // Row 0 is the anchor itself; rows 1..B-1 are the proposals.
+  be_.rms_norm(s.x + E, E, output_norm_, B - 1, int(E), hp_.rms_eps, s.lhid, E);
+  be_.matmul(target_.lm_head(), s.lhid, B - 1, s.logits);
+  logits.resize(size_t(B - 1) * V);
+  be_.download(logits.data(), s.logits, logits.size() * sizeof(float));
+}
+
+}  // namespace df

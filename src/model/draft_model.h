@@ -1,0 +1,79 @@
+// The DFlash drafter: a few Qwen3-style decoder layers that propose a whole block of tokens in
+// one forward, conditioned on hidden states captured from the target.
+//
+//   context feature of token t: f_t = RMSNorm(fc · [h_l1(t) | … | h_ln(t)]) ⊙ hidden_norm
+//   block rows: [anchor, MASK × (B-1)], embedded with the target's embedding
+//   per layer: x_n = RMSNorm(x) ⊙ attn_norm; Q from the block rows; K, V from the context
+//   features (not normed again) and the block rows; per-head q/k RMSNorm; NeoX RoPE at absolute
+//   positions; no mask (block rows see every context row and each other); o_proj, residual,
+//   SwiGLU MLP, residual. Output: RMSNorm ⊙ output_norm, then the target's LM head.
+//
+// Context K/V live in the drafter's own paged KV cache at the target's positions: ingest()
+// appends committed rows, draft() writes the block's K/V after them without committing it, so
+// the next ingest simply overwrites those positions.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/draft_hparams.h"
+#include "state/sequences.h"
+
+namespace df {
+
+namespace gguf {
+class File;
+}
+class TargetModel;
+
+struct DraftLayerWeights {
+  const float* attn_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  Weight wq, wk, wv, wo, ffn_gate, ffn_up, ffn_down;
+};
+
+class DraftModel {
+ public:
+  // Binds the drafter's weights on the target's backend; validates the drafter against the
+  // target (hidden size, vocabulary, layer ids, mask token). block_size 0 = the file's value;
+  // otherwise 2..the file's value. Sets the target's feature layers.
+  DraftModel(const gguf::File& file, TargetModel& target, int block_size = 0);
+  ~DraftModel();
+
+  const DraftHParams& hparams() const { return hp_; }
+  int block_size() const { return block_; }
+  int32_t mask_token() const { return hp_.mask_token_id; }
+
+  // Context storage for n_seqs sequences of up to ctx tokens.
+  std::unique_ptr<SequenceStore> make_state(int n_seqs, int ctx) const;
+
+  // Appends the context features of `rows` target rows at positions n_past.. of seq. features
+  // is backend memory, rows × n_target_layers·n_embd (TargetModel::features()).
+  void ingest(SequenceStore& st, int seq, const float* features, int rows);
+  // Drafts a block after the committed context: row 0 is `anchor` at position n_past, rows
+  // 1..B-1 are mask tokens. logits receives (B-1) × n_vocab floats: row i predicts the token at
+  // position n_past + i.
+  void draft(SequenceStore& st, int seq, int32_t anchor, std::vector<float>& logits);
+
+ private:
+  struct Scratch;
+  void bind(const gguf::File& f);
+  void layer(const DraftLayerWeights& L, int rows, const SeqKv& seq, const KvLayerView& kv);
+  void store_context_kv(const DraftLayerWeights& L, int rows, const SeqKv& seq, const KvLayerView& kv);
+
+  DraftHParams hp_;
+  TargetModel& target_;
+  Backend& be_;
+  int block_ = 16;
+  int max_ingest_rows_ = 0;
+  Weight fc_;
+  const float* hidden_norm_ = nullptr;
+  const float* output_norm_ = nullptr;
+  std::vector<DraftLayerWeights> layers_;
+  std::vector<void*> owned_;
+  std::unique_ptr<Scratch> s_;
+};
+
+}  // namespace df

@@ -1,0 +1,45 @@
+// Where speculative drafts come from. The decoder tells the source which target rows were
+// committed (their captured features are in TargetModel::features()) and asks for proposals
+// after an anchor token. DFlash is the product's source; tests add scripted ones.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/draft_model.h"
+
+namespace df {
+
+class TargetModel;
+
+class DraftSource {
+ public:
+  virtual ~DraftSource() = default;
+  // Rows of one verify block: the anchor plus up to block_size() - 1 drafts.
+  virtual int block_size() const = 0;
+  // The last target forward's first `kept` rows are now committed context.
+  virtual void on_target_rows(int kept) = 0;
+  // Proposal logits for the n tokens after `anchor` (n <= block_size() - 1): n × n_vocab.
+  virtual void propose(int32_t anchor, int n, std::vector<float>& logits) = 0;
+  // Forget the sequence (a new prompt follows).
+  virtual void reset() = 0;
+};
+
+// DFlash: one drafter forward proposes the whole block from the fused target features.
+class DFlashSource final : public DraftSource {
+ public:
+  DFlashSource(DraftModel& draft, TargetModel& target, int ctx);
+  int block_size() const override { return draft_.block_size(); }
+  void on_target_rows(int kept) override;
+  void propose(int32_t anchor, int n, std::vector<float>& logits) override;
+  void reset() override;
+
+ private:
+  DraftModel& draft_;
+  TargetModel& target_;
+  std::unique_ptr<SequenceStore> state_;
+  int seq_ = -1;
+  std::vector<float> block_logits_;
+};
+
+}  // namespace df

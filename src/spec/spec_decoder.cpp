@@ -1,0 +1,197 @@
+#include "spec/spec_decoder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "spec/verify.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace df {
+
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int32_t argmax(const float* x, size_t n) { return int32_t(std::max_element(x, x + n) - x); }
+
+// The draft's proposal distribution: the request's filters and temperature, but no penalties
+// (they depend on the history the block is still building; any fixed q keeps sampling exact).
+SamplingParams draft_params(const SamplingParams& p) {
+  SamplingParams q = p;
+  q.repeat_penalty = 1.0f;
+  q.presence_penalty = 0.0f;
+  q.frequency_penalty = 0.0f;
+  return q;
+}
+
+constexpr double kEma = 0.25;        // weight of the newest step cost
+constexpr int kMinSpecSamples = 4;   // spec steps measured before the policy may turn it off
+constexpr int kPlainWarmupSteps = 2; // plain steps measured first, for the comparison
+
+}  // namespace
+
+SpecDecoder::SpecDecoder(TargetModel& model, DraftSource& drafts, const Tokenizer* tok, int ctx, SpecOptions opt)
+    : model_(model), drafts_(drafts), tok_(tok), opt_(opt), state_(model.make_state(1, ctx, drafts.block_size())) {
+  seq_ = state_->create();
+}
+
+int SpecDecoder::drafts_this_step(int budget) {
+  int n = drafts_.block_size() - 1;
+  if (opt_.max_drafts > 0) n = std::min(n, opt_.max_drafts);
+  if (opt_.adaptive) {
+    if (plain_samples_ < kPlainWarmupSteps) return 0;
+    if (off_tokens_left_ > 0) return 0;
+  }
+  // Never verify past what may still be emitted (the bonus comes on top) or past the context.
+  n = std::min(n, budget - 1);
+  n = std::min(n, state_->max_tokens_per_seq() - state_->get(seq_).n_past - 1);
+  return std::max(n, 0);
+}
+
+void SpecDecoder::update_policy(double seconds, int committed, int drafted) {
+  const double per_token = seconds / std::max(committed, 1);
+  if (drafted == 0) {
+    plain_cost_ = plain_samples_++ == 0 ? per_token : (1 - kEma) * plain_cost_ + kEma * per_token;
+    if (off_tokens_left_ > 0 && (off_tokens_left_ -= committed) <= 0) {
+      off_tokens_left_ = 0;
+      spec_samples_ = 0;  // re-probe with a fresh estimate
+    }
+    return;
+  }
+  spec_cost_ = spec_samples_++ == 0 ? per_token : (1 - kEma) * spec_cost_ + kEma * per_token;
+  if (opt_.adaptive && spec_samples_ >= kMinSpecSamples && spec_cost_ > plain_cost_)
+    off_tokens_left_ = opt_.reprobe_tokens;
+}
+
+GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
+                                    const std::function<bool(int32_t)>& on_token) {
+  if (prompt.empty()) fail("empty prompt");
+  GenerateStats st;
+  st.prompt_tokens = int(prompt.size());
+  state_->reset(seq_);
+  drafts_.reset();
+  plain_cost_ = spec_cost_ = 0;
+  spec_samples_ = plain_samples_ = off_tokens_left_ = 0;
+  const size_t V = size_t(model_.hparams().n_vocab);
+  const int n_sampleable = tok_ ? std::min(int(V), tok_->n_vocab()) : int(V);
+  Sampler sampler(opt.sampling, n_sampleable);
+  Sampler draft_sampler(draft_params(opt.sampling), n_sampleable);
+  std::mt19937_64 rng(opt.sampling.seed ^ 0x5bd1e995u);
+  const bool greedy = opt.sampling.temperature <= 0;
+  for (int32_t t : prompt) sampler.accept(t);
+
+  // Prefill; every chunk's features go to the drafter.
+  const double t0 = now_seconds();
+  const int chunk = std::max(1, std::min(opt.prefill_chunk, model_.options().max_batch_rows));
+  for (size_t i0 = 0; i0 < prompt.size(); i0 += size_t(chunk)) {
+    const size_t n = std::min(prompt.size() - i0, size_t(chunk));
+    batch_.clear();
+    for (size_t i = 0; i < n; ++i) batch_.add(seq_, int(i0 + i), prompt[i0 + i], i0 + i + 1 == prompt.size());
+    model_.forward(batch_, *state_, out_);
+    drafts_.on_target_rows(int(n));
+  }
+  std::vector<float> last(out_.logits.begin(), out_.logits.end());
+  const double t1 = now_seconds();
+  st.prefill_seconds = t1 - t0;
+  st.finish_reason = "length";
+
+  // Emits one token; false when generation must end (eog, callback, max_tokens).
+  bool done = false;
+  double t_first = t1;
+  auto emit = [&](int32_t tok) {
+    sampler.accept(tok);
+    if (st.generated_tokens++ == 0) t_first = now_seconds();
+    const bool eog = opt.stop_at_eog && tok_ && tok_->is_eog(tok);
+    if (!on_token(tok)) {
+      st.finish_reason = "callback";
+      done = true;
+    } else if (eog) {
+      st.finish_reason = "stop";
+      done = true;
+    } else if (st.generated_tokens >= opt.max_new_tokens) {
+      done = true;
+    }
+    return !done;
+  };
+
+  int32_t anchor = sampler.sample(last);
+  if (opt.max_new_tokens <= 0) return st;
+  emit(anchor);
+  std::vector<float> draft_logits, q;
+  std::vector<int32_t> drafts;
+  while (!done) {
+    if (state_->get(seq_).n_past + 1 > state_->max_tokens_per_seq()) {
+      st.finish_reason = "length";
+      break;
+    }
+    const double s0 = now_seconds();
+    const int n = drafts_this_step(opt.max_new_tokens - st.generated_tokens);
+    drafts.clear();
+    std::vector<std::vector<float>> qs;
+    if (n > 0) {
+      drafts_.propose(anchor, n, draft_logits);
+      for (int i = 0; i < n; ++i) {
+        std::span<const float> row(draft_logits.data() + size_t(i) * V, V);
+        if (greedy) {
+          drafts.push_back(argmax(row.data(), size_t(n_sampleable)));
+        } else {
+          qs.push_back(draft_sampler.distribution(row));
+          drafts.push_back(spec::draw(qs.back(), rng));
+        }
+      }
+    }
+    batch_.clear();
+    const int p0 = state_->get(seq_).n_past;
+    batch_.add_speculative(seq_, p0, anchor);
+    for (int i = 0; i < n; ++i) batch_.add_speculative(seq_, p0 + 1 + i, drafts[size_t(i)]);
+    model_.forward(batch_, *state_, out_);
+
+    // Walk the block: row i's logits decide the token after row i.
+    int kept = 1;  // the anchor
+    int32_t next = -1;
+    for (int i = 0; i <= n && !done; ++i) {
+      std::span<const float> row(out_.logits.data() + size_t(i) * V, V);
+      if (i == n) {  // every draft accepted: the bonus token
+        next = sampler.sample(row);
+        break;
+      }
+      const int32_t d = drafts[size_t(i)];
+      if (greedy) {
+        const int32_t t = sampler.sample(row);
+        if (t != d) {
+          next = t;
+          break;
+        }
+      } else {
+        const spec::RejectionStep r = spec::rejection_step(sampler.distribution(row), qs[size_t(i)], d, rng);
+        if (!r.accepted) {
+          next = r.token;
+          break;
+        }
+      }
+      ++kept;
+      st.accepted_tokens++;
+      emit(d);
+    }
+    model_.commit(*state_, seq_, kept);
+    drafts_.on_target_rows(kept);
+    if (n > 0) {
+      st.draft_steps++;
+      st.drafted_tokens += n;
+    } else {
+      st.plain_steps++;
+    }
+    update_policy(now_seconds() - s0, kept, n);
+    if (done) break;
+    anchor = next;
+    emit(anchor);
+  }
+  st.decode_seconds = now_seconds() - t_first;
+  return st;
+}
+
+}  // namespace df

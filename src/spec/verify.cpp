@@ -1,0 +1,46 @@
+#include "spec/verify.h"
+
+#include <vector>
+
+#include "util/error.h"
+
+namespace df::spec {
+
+int accept_greedy(std::span<const int32_t> drafts, std::span<const int32_t> target_argmax) {
+  if (target_argmax.size() < drafts.size()) fail("accept_greedy: {} drafts but {} target rows", drafts.size(), target_argmax.size());
+  int a = 0;
+  while (size_t(a) < drafts.size() && drafts[size_t(a)] == target_argmax[size_t(a)]) ++a;
+  return a;
+}
+
+int32_t draw(std::span<const float> dist, std::mt19937_64& rng) {
+  double total = 0;
+  for (float w : dist) total += w;
+  if (!(total > 0)) fail("draw: the distribution has no mass");
+  const double u = std::uniform_real_distribution<double>(0.0, total)(rng);
+  double cum = 0;
+  int32_t last = -1;
+  for (size_t i = 0; i < dist.size(); ++i) {
+    if (dist[i] <= 0) continue;
+    cum += dist[i];
+    last = int32_t(i);
+    if (u < cum) return last;
+  }
+  return last;  // u landed on the rounding gap at the end
+}
+
+RejectionStep rejection_step(std::span<const float> p, std::span<const float> q, int32_t x, std::mt19937_64& rng) {
+  if (p.size() != q.size()) fail("rejection_step: p has {} ids, q {}", p.size(), q.size());
+  if (x < 0 || size_t(x) >= p.size()) fail("rejection_step: draft token {} outside the vocabulary", x);
+  const double px = p[size_t(x)], qx = q[size_t(x)];
+  // u * q(x) < p(x) accepts with probability min(1, p/q); q(x) = 0 (a draft q could not have
+  // produced) is accepted iff p(x) > 0, the limit of the same rule.
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+  if (u * qx < px) return {true, x};
+  std::vector<float> residual(p.size());
+  double mass = 0;
+  for (size_t i = 0; i < p.size(); ++i) mass += residual[i] = std::max(0.0f, p[i] - q[i]);
+  return {false, mass > 0 ? draw(residual, rng) : draw(p, rng)};
+}
+
+}  // namespace df::spec
