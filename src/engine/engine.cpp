@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -57,7 +58,7 @@ Engine::~Engine() {
     GenerationResult r;
     r.finish = FinishReason::Cancelled;
     r.prompt_tokens = int(t->req.prompt.size());
-    if (t->req.on_done) t->req.on_done(r);
+    notify_done(t->req, r);
   }
 }
 
@@ -90,7 +91,7 @@ void Engine::cancel(const std::shared_ptr<Ticket>& t) {
     r.finish = FinishReason::Cancelled;
     r.prompt_tokens = int(t->req.prompt.size());
     r.queue_seconds = now_seconds() - t->submitted;
-    if (t->req.on_done) t->req.on_done(r);
+    notify_done(t->req, r);
   }
 }
 
@@ -212,7 +213,15 @@ bool Engine::commit(int32_t token, bool forced) {
     lp = compute_logprobs(logits_, std::min(model_.hparams().n_vocab, tok_.n_vocab()), token, req.top_logprobs);
     ev.logprobs = &lp;
   }
-  const TokenDecision d = req.on_token ? req.on_token(ev) : TokenDecision{};
+  TokenDecision d;
+  if (req.on_token) {
+    try {
+      d = req.on_token(ev);
+    } catch (const std::exception& e) {
+      finish(FinishReason::Error, std::string("while handling a token: ") + e.what());
+      return false;
+    }
+  }
   for (int32_t f : d.force) a.forced.push_back(f);
 
   if (ev.eog) {
@@ -241,7 +250,17 @@ void Engine::finish(FinishReason why, std::string error) {
     r.decode_seconds = a->last_token - a->first_token;
   }
   state_->reset(seq_);  // frees the KV blocks and clears the recurrent slot now
-  if (a->ticket->req.on_done) a->ticket->req.on_done(r);
+  notify_done(a->ticket->req, r);
+}
+
+void Engine::notify_done(const GenerationRequest& req, const GenerationResult& r) {
+  if (!req.on_done) return;
+  try {
+    req.on_done(r);
+  } catch (const std::exception& e) {
+    // The request is over either way; the engine must keep serving the others.
+    std::fprintf(stderr, "engine: request completion handler failed: %s\n", e.what());
+  }
 }
 
 }  // namespace df

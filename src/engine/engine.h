@@ -97,6 +97,7 @@ class Engine {
   bool decode_step();
   bool commit(int32_t token, bool forced);  // false: the request is finished
   void finish(FinishReason why, std::string error = {});
+  static void notify_done(const GenerationRequest& req, const GenerationResult& r);
 
   TargetModel& model_;
   const Tokenizer& tok_;
