@@ -24,7 +24,10 @@ Value range(CallArgs& a, CallContext&) {
     if (a.positional.size() == 3) step = a.positional[2].as_int();
   }
   if (step == 0) value_error("range() step must not be zero");
+  const long double count = (static_cast<long double>(stop) - start) / step;
+  if (count > kMaxRange) value_error("range() longer than {} items", kMaxRange);
   Array out;
+  if (count > 0) out.reserve(size_t(count) + 1);
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
     if (int64_t(out.size()) >= kMaxRange) value_error("range() longer than {} items", kMaxRange);
     out.emplace_back(i);

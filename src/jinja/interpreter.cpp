@@ -128,10 +128,10 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, st
   ScopePtr loop_scope = child_of(scope);
   const Value iterable = eval(*s.expr, loop_scope);
   std::vector<Value> all = iterate(iterable, "for loop");
-  count_iterations(all.size());
 
   std::vector<Value> items;
   if (s.condition) {  // for x in xs if cond: filter first, so loop.index counts kept items
+    count_iterations(all.size());
     for (Value& item : all) {
       ScopePtr probe = child_of(loop_scope);
       exec_set(*s.target, item, probe);
@@ -144,24 +144,28 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, st
   // The else block runs when nothing was iterated; a break in it belongs to an outer loop.
   if (items.empty()) return exec_body(s.else_body, loop_scope, out);
   const int64_t n = int64_t(items.size());
+  // loop.cycle(a, b, ...) picks by the current index, which it reads through this shared cell.
+  auto index = std::make_shared<int64_t>(0);
+  const Value cycle = Value::function("loop.cycle", [index](CallArgs& args, CallContext&) -> Value {
+    if (args.positional.empty()) value_error("loop.cycle() needs at least one value");
+    return args.positional[size_t(*index) % args.positional.size()];
+  });
   for (int64_t i = 0; i < n; ++i) {
+    *index = i;
     count_iterations(1);
     Object loop;
-    loop.set("index", Value(i + 1));
-    loop.set("index0", Value(i));
-    loop.set("revindex", Value(n - i));
-    loop.set("revindex0", Value(n - i - 1));
-    loop.set("first", Value(i == 0));
-    loop.set("last", Value(i == n - 1));
-    loop.set("length", Value(n));
-    loop.set("previtem", i > 0 ? items[size_t(i - 1)] : Value::undefined("loop.previtem"));
-    loop.set("nextitem", i < n - 1 ? items[size_t(i + 1)] : Value::undefined("loop.nextitem"));
-    loop.set("depth", Value(1));
-    loop.set("depth0", Value(0));
-    loop.set("cycle", Value::function("loop.cycle", [i](CallArgs& args, CallContext&) -> Value {
-      if (args.positional.empty()) value_error("loop.cycle() needs at least one value");
-      return args.positional[size_t(i) % args.positional.size()];
-    }));
+    loop.add_new("index", Value(i + 1));
+    loop.add_new("index0", Value(i));
+    loop.add_new("revindex", Value(n - i));
+    loop.add_new("revindex0", Value(n - i - 1));
+    loop.add_new("first", Value(i == 0));
+    loop.add_new("last", Value(i == n - 1));
+    loop.add_new("length", Value(n));
+    loop.add_new("previtem", i > 0 ? items[size_t(i - 1)] : Value::undefined("loop.previtem"));
+    loop.add_new("nextitem", i < n - 1 ? items[size_t(i + 1)] : Value::undefined("loop.nextitem"));
+    loop.add_new("depth", Value(1));
+    loop.add_new("depth0", Value(0));
+    loop.add_new("cycle", cycle);
     loop_scope->set("loop", Value(std::move(loop)));
     exec_set(*s.target, items[size_t(i)], loop_scope);
     if (exec_body(s.body, loop_scope, out) == Flow::Break) break;

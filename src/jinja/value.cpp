@@ -30,13 +30,17 @@ void Object::set(const std::string& key, Value v) {
     *existing = std::move(v);
     return;
   }
-  entries_.emplace_back(key, std::move(v));
+  add_new(key, std::move(v));
+}
+
+void Object::add_new(std::string key, Value v) {
+  entries_.emplace_back(std::move(key), std::move(v));
   // Small maps (message objects) are searched linearly; larger ones get an index.
   constexpr size_t kIndexFrom = 16;
   if (entries_.size() == kIndexFrom) {
     for (size_t i = 0; i < entries_.size(); ++i) index_.emplace(entries_[i].first, i);
   } else if (entries_.size() > kIndexFrom) {
-    index_.emplace(key, entries_.size() - 1);
+    index_.emplace(entries_.back().first, entries_.size() - 1);
   }
 }
 
@@ -57,8 +61,13 @@ const Value* CallArgs::get(size_t pos, std::string_view name) const {
 
 Value Value::undefined(std::string what) {
   Value v;
-  v.s_ = std::move(what);
+  if (!what.empty()) v.p_ = std::make_shared<std::string>(std::move(what));
   return v;
+}
+
+const std::string& Value::undefined_name() const {
+  static const std::string kNone;
+  return p_ ? *static_cast<const std::string*>(p_.get()) : kNone;
 }
 
 Value Value::none() {
@@ -76,14 +85,13 @@ Value Value::namespace_of(Object o) {
 Value Value::function(std::string name, NativeFn fn) {
   Value v;
   v.kind_ = Kind::Function;
-  v.fn_ = std::make_shared<Function>(Function{std::move(name), std::move(fn)});
+  v.p_ = std::make_shared<Function>(Function{std::move(name), std::move(fn)});
   return v;
 }
 
 const void* Value::identity() const {
-  if (a_) return a_.get();
-  if (o_) return o_.get();
-  if (fn_) return fn_.get();
+  if (kind_ == Kind::Array || kind_ == Kind::Object || kind_ == Kind::Namespace || kind_ == Kind::Function)
+    return p_.get();
   return nullptr;
 }
 
@@ -94,9 +102,9 @@ bool Value::truthy() const {
     case Kind::Bool: return b_;
     case Kind::Int: return i_ != 0;
     case Kind::Float: return f_ != 0 && !std::isnan(f_);
-    case Kind::String: return !s_.empty();
-    case Kind::Array: return !a_->empty();
-    case Kind::Object: return !o_->empty();
+    case Kind::String: return !as_string().empty();
+    case Kind::Array: return !as_array().empty();
+    case Kind::Object: return !as_object().empty();
     case Kind::Namespace:
     case Kind::Function: return true;
   }

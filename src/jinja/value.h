@@ -24,6 +24,8 @@ class Object {
   const Value* find(std::string_view key) const;
   Value* find(std::string_view key);
   void set(const std::string& key, Value v);
+  // For keys known to be new (building a fresh object): skips the lookup.
+  void add_new(std::string key, Value v);
   size_t size() const { return entries_.size(); }
   bool empty() const { return entries_.empty(); }
   const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
@@ -60,16 +62,16 @@ class Value {
  public:
   enum class Kind : uint8_t { Undefined, None, Bool, Int, Float, String, Array, Object, Namespace, Function };
 
-  Value() = default;  // undefined
+  Value() : i_(0) {}  // undefined
   Value(bool b) : kind_(Kind::Bool), b_(b) {}
   Value(int i) : kind_(Kind::Int), i_(i) {}
   Value(int64_t i) : kind_(Kind::Int), i_(i) {}
   Value(double f) : kind_(Kind::Float), f_(f) {}
-  Value(std::string s) : kind_(Kind::String), s_(std::move(s)) {}
-  Value(std::string_view s) : kind_(Kind::String), s_(s) {}
-  Value(const char* s) : kind_(Kind::String), s_(s) {}
-  Value(Array a) : kind_(Kind::Array), a_(std::make_shared<Array>(std::move(a))) {}
-  Value(Object o) : kind_(Kind::Object), o_(std::make_shared<Object>(std::move(o))) {}
+  Value(std::string s) : kind_(Kind::String), i_(0), p_(std::make_shared<std::string>(std::move(s))) {}
+  Value(std::string_view s) : Value(std::string(s)) {}
+  Value(const char* s) : Value(std::string(s)) {}
+  Value(Array a) : kind_(Kind::Array), i_(0), p_(std::make_shared<Array>(std::move(a))) {}
+  Value(Object o) : kind_(Kind::Object), i_(0), p_(std::make_shared<Object>(std::move(o))) {}
 
   // An undefined value remembers what was looked up, for error messages.
   static Value undefined(std::string what = {});
@@ -96,11 +98,12 @@ class Value {
   int64_t as_int() const { return i_; }
   double as_float() const { return f_; }
   double as_number() const { return kind_ == Kind::Float ? f_ : kind_ == Kind::Int ? double(i_) : b_ ? 1.0 : 0.0; }
-  const std::string& as_string() const { return s_; }
-  Array& as_array() const { return *a_; }
-  Object& as_object() const { return *o_; }  // objects and namespaces
-  const Function& as_function() const { return *fn_; }
-  const std::string& undefined_name() const { return s_; }
+  // Strings are immutable and shared: copying a value never copies its text.
+  const std::string& as_string() const { return *static_cast<const std::string*>(p_.get()); }
+  Array& as_array() const { return *static_cast<Array*>(p_.get()); }
+  Object& as_object() const { return *static_cast<Object*>(p_.get()); }  // objects and namespaces
+  const Function& as_function() const { return *static_cast<const Function*>(p_.get()); }
+  const std::string& undefined_name() const;
   const void* identity() const;  // the shared container, for identity checks
 
   bool truthy() const;
@@ -108,13 +111,13 @@ class Value {
 
  private:
   Kind kind_ = Kind::Undefined;
-  bool b_ = false;
-  int64_t i_ = 0;
-  double f_ = 0;
-  std::string s_;
-  std::shared_ptr<Array> a_;
-  std::shared_ptr<Object> o_;
-  std::shared_ptr<Function> fn_;
+  union {
+    bool b_;
+    int64_t i_;
+    double f_;
+  };
+  // The string, Array, Object or Function; for undefined, the name that was looked up.
+  std::shared_ptr<void> p_;
 };
 
 // Converts the render context (messages, tools, ...); throws ValueError past `max_depth` levels.
