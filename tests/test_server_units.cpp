@@ -10,6 +10,7 @@
 #include "engine/stop_matcher.h"
 #include "server/api_error.h"
 #include "server/chat_output.h"
+#include "server/prompt_renderer.h"
 #include "server/reasoning_splitter.h"
 #include "server/requests.h"
 #include "server/tool_calls.h"
@@ -360,6 +361,38 @@ TEST(Requests, CompletionValidation) {
   EXPECT_TRUE(t.prompt_is_tokens);
   EXPECT_EQ(t.prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(t.gen.top_logprobs, 2);
+}
+
+ChatRequest chat_of(const std::string& body) { return parse_chat_request(json::parse(body), 1000); }
+
+TEST(PromptRenderer, ChatMlWhenTheModelHasNoTemplate) {
+  const PromptRenderer r("", "", "<|im_end|>");
+  const RenderedPrompt p = r.render(chat_of(R"({"messages": [{"role": "system", "content": "S"},
+                                                          {"role": "user", "content": "U"}]})"));
+  EXPECT_EQ(p.text, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_FALSE(p.starts_in_reasoning);
+}
+
+TEST(PromptRenderer, TemplateInputsAndErrors) {
+  // Tools, kwargs and the generation prompt reach the template; raise_exception is a 400.
+  const PromptRenderer r(
+      "{% if messages[0].role != 'user' %}{{ raise_exception('first message must be from the user') }}{% endif %}"
+      "{{ messages[0].content }}|{{ tools | length if tools else 0 }}|{{ flag }}|"
+      "{% if add_generation_prompt %}<think>\n{% endif %}",
+      "", "");
+  const RenderedPrompt p = r.render(chat_of(R"({"messages": [{"role": "user", "content": "hi"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}], "chat_template_kwargs": {"flag": "on"}})"));
+  EXPECT_EQ(p.text, "hi|1|on|<think>\n");
+  EXPECT_TRUE(p.starts_in_reasoning);
+  try {
+    r.render(chat_of(R"({"messages": [{"role": "system", "content": "x"}]})"));
+    ADD_FAILURE() << "no error";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("first message must be from the user"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(ends_inside_think("<think>\nx</think>\n\n"));
+  EXPECT_TRUE(ends_inside_think("<think>a</think> b <think>\n"));
 }
 
 }  // namespace
