@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Speculative decoding on the demo pair: plain vs --draft decode tok/s and tau (mean committed
+# tokens per draft step) on held-out code prompts (bench/prompts/code.txt, raw completion) and
+# chat prompts (bench/prompts/chat.txt, --chat), greedy and temperature 0.7, in one run.
+# Usage: bench/spec_demo.sh [TARGET.gguf DRAFT.gguf] [extra run flags, e.g. --device cuda]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=build/deltaflash
+TARGET=${1:-models/demo/demo-target.gguf}
+DRAFT=${2:-models/demo/demo-drafter.gguf}
+shift $(( $# >= 2 ? 2 : $# ))
+N=128
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+for set in code chat; do
+  chat_flag=""; [ "$set" = chat ] && chat_flag="--chat"
+  while IFS= read -r prompt; do
+    p=$(printf '%b' "$prompt")
+    for temp in 0 0.7; do
+      for mode in plain spec; do
+        extra=(); [ "$mode" = spec ] && extra=(--draft "$DRAFT")
+        stats=$("$BIN" run -m "$TARGET" -p "$p" $chat_flag -n $N --temp "$temp" --seed 7 --stats-json \
+                "${extra[@]}" "$@" 2>&1 >/dev/null | tail -1)
+        echo "$set $temp $mode $stats" >>"$out"
+      done
+    done
+  done <"bench/prompts/$set.txt"
+done
+python3 - "$out" <<'PY'
+import json, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    s, temp, mode, js = line.split(" ", 3)
+    rows.setdefault((s, temp), {}).setdefault(mode, []).append(json.loads(js))
+print(f"{'prompts':8} {'temp':5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'tau':>6} {'accepted/drafted':>17}")
+for (s, temp), m in sorted(rows.items()):
+    plain = statistics.median(r["decode_tok_s"] for r in m["plain"])
+    spec = statistics.median(r["decode_tok_s"] for r in m["spec"])
+    steps = sum(r.get("draft_steps", 0) for r in m["spec"])
+    acc = sum(r.get("accepted_tokens", 0) for r in m["spec"])
+    drafted = sum(r.get("drafted_tokens", 0) for r in m["spec"])
+    tau = (acc + steps) / steps if steps else 0
+    print(f"{s:8} {temp:5} {plain:12.1f} {spec:11.1f} {spec / plain:7.2f}x {tau:6.2f} {acc:8}/{drafted:<8}")
+PY
