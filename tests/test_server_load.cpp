@@ -214,5 +214,24 @@ TEST(ServerLoad, ConcurrentMixedRequests) {
   EXPECT_EQ(server.stop(), 0) << "the server should exit cleanly on SIGTERM\n" << server.log();
 }
 
+// SIGTERM while requests generate and wait: they are cancelled, the server exits at once and cleanly.
+TEST(ServerLoad, ShutdownCancelsInFlight) {
+  test::TempDir dir;
+  const std::string model = dir.file("m.gguf");
+  test::run_command(kBin + " make-model --arch qwen35 --shape tiny --type q8_0 --seed 5 -q -o " + model);
+  ServerProcess server({"-m", model, "--threads", "1", "--ctx", "8192"}, dir.file("server.log"));
+  // No max_tokens: each would run to the end of the 8192-token context (seconds of work).
+  const std::string body = R"({"prompt": "Once", "stream": true, "temperature": 1, "logprobs": 5})";
+  RawConnection a(server.port()), b(server.port());
+  ASSERT_TRUE(a.send_all(test::post_request("/v1/completions", body, "")));
+  ASSERT_TRUE(b.send_all(test::post_request("/v1/completions", body, "")));
+  a.read_until_count("data: ", 3);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(server.stop(), 0) << server.log();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 2.0) << server.log();
+  EXPECT_NE(server.log().find("shutting down"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace df

@@ -46,6 +46,11 @@ Engine::Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& op
 }
 
 Engine::~Engine() {
+  shutdown();
+  worker_.join();
+}
+
+void Engine::shutdown() {
   std::deque<std::shared_ptr<Ticket>> left;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -53,7 +58,6 @@ Engine::~Engine() {
     left.swap(queue_);
   }
   cv_.notify_all();
-  worker_.join();
   for (auto& t : left) {
     GenerationResult r;
     r.finish = FinishReason::Cancelled;

@@ -84,6 +84,10 @@ class Engine {
   // before its next step and frees its sequence state.
   void cancel(const std::shared_ptr<Ticket>& t);
 
+  // Refuses new requests and cancels all others (the active one before its next step); the
+  // worker exits. For server shutdown: nobody waits for generations to run to the end.
+  void shutdown();
+
   int waiting() const;
   bool busy() const { return busy_.load(); }
   const EngineOptions& options() const { return opt_; }

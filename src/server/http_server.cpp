@@ -172,6 +172,10 @@ void HttpServer::attach(const ServedModel& m) {
 
 bool HttpServer::serve() { return core_->http.listen_after_bind(); }
 
-void HttpServer::stop() { core_->http.stop(); }
+void HttpServer::stop() {
+  // Requests in flight end as cancelled at once, so the HTTP threads can finish.
+  if (core_->ready.load(std::memory_order_acquire)) core_->engine->shutdown();
+  core_->http.stop();
+}
 
 }  // namespace df::server

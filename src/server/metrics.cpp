@@ -64,7 +64,7 @@ std::string Metrics::render(int queue_depth, bool running) const {
                      "# TYPE deltaflash_generated_tokens_total counter\ndeltaflash_generated_tokens_total {}\n",
                      generated_tokens_);
   ttft_.write(out, "deltaflash_time_to_first_token_seconds", "Time from request arrival to its first token");
-  per_token_.write(out, "deltaflash_time_per_output_token_seconds", "Time between generated tokens");
+  per_token_.write(out, "deltaflash_time_per_output_token_seconds", "Time between generated tokens (each request's mean, once per token)");
   out += fmt::format("# HELP deltaflash_queue_depth Requests waiting for the engine\n"
                      "# TYPE deltaflash_queue_depth gauge\ndeltaflash_queue_depth {}\n",
                      queue_depth);
