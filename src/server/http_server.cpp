@@ -70,8 +70,15 @@ void ServerCore::finish_request(const std::string& method, const std::string& pa
 }
 
 json parse_body(const httplib::Request& req) {
+  // Deeper nesting than any API body needs would only make later recursive copies and
+  // template conversion deep (and stack-hungry): refuse it while parsing.
+  static constexpr int kMaxDepth = 64;
+  auto limit_depth = [](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxDepth) throw ApiError(400, fmt::format("the request body is nested deeper than {} levels", kMaxDepth));
+    return true;
+  };
   try {
-    return json::parse(req.body);
+    return json::parse(req.body, limit_depth);
   } catch (const json::parse_error& e) {
     throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
   }
@@ -111,6 +118,11 @@ HttpServer::HttpServer(const ServerOptions& opt) : core_(std::make_unique<Server
       } else {
         e = ApiError(404, fmt::format("unknown route {} {}", req.method, req.path), "", "not_found");
       }
+    } else if (res.status == 413 &&
+               req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0) {
+      // httplib parses form bodies itself and caps them at 8 KiB (curl -d sends this type).
+      e = ApiError(413, "form-encoded bodies are limited to 8192 bytes: send JSON with 'Content-Type: application/json'",
+                   "", "request_too_large");
     } else if (res.status == 413) {
       e = ApiError(413, fmt::format("the request body is larger than {} bytes", c.opt.max_body_bytes), "",
                    "request_too_large");

@@ -321,6 +321,11 @@ const checks = {
     const huge = 'x'.repeat(300_000);
     await expectApiError(client.chat.completions.create({ ...ok, messages: [{ role: 'user', content: huge }] }), 413,
       'request_too_large');
+    // Nesting deeper than any API body needs is refused before anything else looks at it.
+    const deep = await fetch(`${baseURL}/v1/chat/completions`, { method: 'POST', headers: auth,
+      body: `{"messages": [{"role": "user", "content": "x", "extra": ${'['.repeat(50_000)}${']'.repeat(50_000)}}]}` });
+    assert.equal(deep.status, 400);
+    assertErrorShape(await deep.json(), 400);
     // 400 with a tokenize body of the wrong shape; the server still answers afterwards.
     assert.equal((await post('/tokenize', { text: 'x' })).status, 400);
     assert.equal((await post('/detokenize', { tokens: [-1] })).status, 400);
