@@ -15,6 +15,7 @@
 #                                     `deltaflash bench --profile` on each: copy bandwidth, decode
 #                                     tok/s and weight GB/s, prefill 512, the 1..32-row forward
 #                                     curve, per-op tables (bench_<type>.txt/.json in LOG_DIR)
+#                                     (--shape tiny|0.8b|27b, default 27b)
 #                                     --budget S: seconds the whole script may take (default
 #                                     470); the tests get what the bench leaves, so the bench
 #                                     numbers come even when a test runs long
@@ -45,6 +46,7 @@ MEMCHECK=0
 CPU_TESTS=1
 BENCH=0
 MODELS=mix-q4_k_m,q8_0
+SHAPE=27b
 BUDGET=470
 LOG=build-gpu-check
 while [ $# -gt 0 ]; do
@@ -53,6 +55,7 @@ while [ $# -gt 0 ]; do
     --no-cpu-tests) CPU_TESTS=0 ;;
     --bench) BENCH=1 ;;
     --models) MODELS=$2; shift ;;
+    --shape) SHAPE=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
     -*) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
     *) LOG=$1 ;;
@@ -122,6 +125,20 @@ fi
 
 GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1 || true)
 
+# Resource usage of the matmul kernels and the instruction mix of the decode Q4_K one (no GPU time).
+if [ "$BENCH" = 1 ]; then
+  OBJ=$(find "$BUILD" -name 'matvec.cu.o' | head -1)
+  DUMP=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null || true)
+  if [ -n "$OBJ" ] && [ -n "$DUMP" ]; then
+    {
+      "$DUMP" -res-usage "$OBJ" 2>&1 | grep -A1 mv_kernel | grep -E "Function|REG" | paste - - | sed -E 's/.*mv_kernelILNS_8GgmlTypeE([0-9]+)ELi([0-9]+)E[^ ]*/type \1 NR \2/' || true
+      echo "--- opcode counts, mv_kernel<Q4_K, NR=1> ---"
+      "$DUMP" -sass "$OBJ" 2>/dev/null | awk '/Function : .*mv_kernelILNS_8GgmlTypeE12ELi1E/{on=1; next} /Function :/{on=0} on' |
+        grep -oE '^ +/\*[0-9a-f]{4}\*/ +(@!?U?P[0-9T]+ +)?[A-Z][A-Z0-9_.]*' | awk '{print $NF}' | sort | uniq -c | sort -rn | head -40 || true
+    } >"$LOG/sass_matvec.txt" 2>&1 || true
+  fi
+fi
+
 # --- models for the bench, made in the background while the tests run ---
 make_pid=""
 if [ "$BENCH" = 1 ]; then
@@ -137,7 +154,7 @@ if [ "$BENCH" = 1 ]; then
         continue
       fi
       m0=$(date +%s)
-      "$BUILD/deltaflash" make-model --arch qwen35 --shape 27b --type "$t" --seed 1 -o "$MODEL_DIR/m27-$t.gguf" -q \
+      "$BUILD/deltaflash" make-model --arch qwen35 --shape "$SHAPE" --type "$t" --seed 1 -o "$MODEL_DIR/m27-$t.gguf" -q \
         >"$LOG/make_$t.log" 2>&1 || echo "make-model $t failed" >>"$LOG/make_$t.log"
       echo "make-model $t: $(( $(date +%s) - m0 )) s, $(stat -c %s "$MODEL_DIR/m27-$t.gguf" 2>/dev/null) bytes" >>"$LOG/make_$t.log"
     done
