@@ -289,6 +289,7 @@ TEST(Requests, ChatValidation) {
   expect_bad_chat("{" + msgs + R"(, "max_tokens": 1.5})", "max_tokens");
   expect_bad_chat("{" + msgs + R"(, "stop": ["a", "b", "c", "d", "e"]})", "stop");
   expect_bad_chat("{" + msgs + R"(, "stop": 5})", "stop");
+  expect_bad_chat("{" + msgs + R"(, "stop": ")" + std::string(513, 'x') + R"("})", "stop");
   expect_bad_chat("{" + msgs + R"(, "logprobs": true, "top_logprobs": 21})", "top_logprobs");
   expect_bad_chat("{" + msgs + R"(, "top_logprobs": 2})", "top_logprobs");
   expect_bad_chat("{" + msgs + R"(, "response_format": {"type": "json_object"}})", "response_format");

@@ -98,6 +98,9 @@ void parse_generation(const json& body, int n_vocab, GenerationFields& g) {
     } else {
       bad("stop", "'stop' must be a string or a list of strings");
     }
+    // Matching holds back up to a stop's length and compares prefixes per token: keep it cheap.
+    for (const std::string& s : g.stop)
+      if (s.size() > kMaxStopBytes) bad("stop", fmt::format("stop sequences are limited to {} bytes", kMaxStopBytes));
   }
   g.stream = boolean(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {

@@ -14,7 +14,8 @@ namespace df::server {
 
 // Reasoning budgets of reasoning_effort low / medium / high, in tokens.
 inline constexpr int kEffortLow = 256, kEffortMedium = 1024, kEffortHigh = 4096;
-inline constexpr int kBudgetFromServer = -2;  // the request did not set one: the server's --reasoning-budget
+inline constexpr int kBudgetFromServer = -2;
+inline constexpr size_t kMaxStopBytes = 512;  // longest stop sequence accepted  // the request did not set one: the server's --reasoning-budget
 
 struct GenerationFields {
   std::string model;              // echoed back

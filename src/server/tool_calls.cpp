@@ -163,8 +163,13 @@ void ToolCallStreamer::push(std::string_view content, std::vector<OutputPiece>& 
   held_ += content;
   for (;;) {
     if (in_block_) {
-      const size_t at = held_.find(kClose);
-      if (at == std::string::npos) return;  // the whole block is held until it closes
+      const size_t at = held_.find(kClose, searched_);
+      if (at == std::string::npos) {
+        // The whole block is held until it closes; the next search starts where a tag could.
+        searched_ = held_.size() >= kClose.size() ? held_.size() - kClose.size() + 1 : 0;
+        return;
+      }
+      searched_ = 0;
       close_block(std::string_view(held_).substr(0, at), true, out);
       held_.erase(0, at + kClose.size());
       in_block_ = false;
@@ -175,6 +180,7 @@ void ToolCallStreamer::push(std::string_view content, std::vector<OutputPiece>& 
       emit_content(std::string_view(held_).substr(0, at), out);
       held_.erase(0, at + kOpen.size());
       in_block_ = true;
+      searched_ = 0;
       continue;
     }
     const size_t keep = partial_tag_suffix(held_, kOpen);
@@ -194,6 +200,7 @@ void ToolCallStreamer::flush(std::vector<OutputPiece>& out) {
   pending_space_.clear();
   held_.clear();
   in_block_ = false;
+  searched_ = 0;
 }
 
 }  // namespace df::server

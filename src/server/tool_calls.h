@@ -38,6 +38,7 @@ class ToolCallStreamer {
   nlohmann::json tools_;
   std::string held_;
   bool in_block_ = false;
+  size_t searched_ = 0;  // held_ bytes already known not to contain the closing tag
   int calls_ = 0;
   // Trailing whitespace of the content so far: framing when a tool call or the end follows a
   // call, text when more content follows.
