@@ -181,18 +181,24 @@ void Engine::prefill_step() {
 // speculative block later), report each, then feed the last one to get the next logits.
 bool Engine::decode_step() {
   Active& a = *active_;
-  int32_t token;
-  bool forced = false;
+  // The tokens this step commits, in order. Today one: forced or sampled. A speculative step
+  // will put the accepted draft tokens (+ the bonus token) here after verifying them.
+  struct Commit {
+    int32_t token;
+    bool forced;
+  };
+  std::vector<Commit> commits;
   if (!a.forced.empty()) {
-    token = a.forced.front();
+    commits.push_back({a.forced.front(), true});
     a.forced.pop_front();
-    forced = true;
   } else {
-    token = a.sampler.sample(logits_);
+    commits.push_back({a.sampler.sample(logits_), false});
   }
-  if (!commit(token, forced)) return false;
+  for (const Commit& c : commits)
+    if (!commit(c.token, c.forced)) return false;
+  // Feed the last committed token; its logits choose the next step's tokens.
   batch_.clear();
-  batch_.add(seq_, state_->get(seq_).n_past, token, true);
+  batch_.add(seq_, state_->get(seq_).n_past, commits.back().token, true);
   model_.forward(batch_, *state_, out_);
   logits_.assign(out_.logits.begin(), out_.logits.end());
   return true;
