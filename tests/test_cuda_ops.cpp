@@ -57,6 +57,12 @@
 #include "backend/backend.h"
 #include "gguf/gguf.h"
 #include "model/target_model.h"
+#include "engine/generator.h"
+#include "model/draft_model.h"
+#include "modelgen/make_draft.h"
+#include "spec/draft_source.h"
+#include "spec/spec_decoder.h"
+#include "tokenizer/tokenizer.h"
 #include "modelgen/make_model.h"
 #include "quant/dequant.h"
 #include "quant/quantize.h"
@@ -1032,6 +1038,84 @@ TEST(CudaModelBatch, TwoSequencesInOneBatchMatchSeparateRuns) {
   // Every per-row computation is independent of the other rows: the results are bit-identical.
   Check("model two sequences in one batch (x)").exact(both_x, ax);
   Check("model two sequences in one batch (y)").exact(both_y, ay);
+}
+
+
+// DFlash speculation on CUDA: greedy output token-identical to plain CUDA decoding with a random
+// drafter (mostly rejections: rollback every step) and with drafts scripted from the plain
+// continuation (long acceptances), block 8; the per-row checkpoints and commit copies run on the
+// device. Exactness needs verify rows to compute exactly what decode rows compute (the
+// batch-invariance asserted above).
+class ScriptedDrafts final : public DraftSource {
+ public:
+  ScriptedDrafts(int64_t n_vocab, int prompt_len, std::vector<int32_t> cont)
+      : V_(size_t(n_vocab)), prompt_len_(prompt_len), cont_(std::move(cont)) {}
+  int block_size() const override { return 8; }
+  void on_target_rows(int kept) override { n_past_ += kept; }
+  void propose(int32_t, int n, std::vector<float>& logits) override {
+    logits.assign(size_t(n) * V_, 0.0f);
+    for (int i = 0; i < n; ++i) {
+      const int g = n_past_ + 1 + i - prompt_len_;
+      int32_t t = g < int(cont_.size()) ? cont_[size_t(g)] : 3;
+      if (++count_ % 5 == 0) t = int32_t((t + 1) % int(V_));  // a planted mistake every 5th draft
+      logits[size_t(i) * V_ + size_t(t)] = 10.0f;
+    }
+  }
+  void reset() override { n_past_ = 0; }
+
+ private:
+  size_t V_;
+  int prompt_len_;
+  std::vector<int32_t> cont_;
+  int n_past_ = 0, count_ = 0;
+};
+
+TEST(CudaSpec, GreedySpeculationEqualsPlainDecoding) {
+  if (!have_gpu()) GTEST_SKIP() << kNoGpu;
+  test::TempDir dir;
+  MakeModelOptions mo;
+  mo.arch = "qwen35";
+  mo.type = "q8_0";
+  mo.seed = 31;
+  mo.output = dir.file("t.gguf");
+  mo.log = [](const std::string&) {};
+  make_model(mo);
+  MakeDraftOptions dopt;
+  dopt.target = mo.output;
+  dopt.output = dir.file("d.gguf");
+  dopt.seed = 32;
+  make_draft_model(dopt);
+  auto tfile = gguf::File::open(mo.output);
+  auto dfile = gguf::File::open(dopt.output);
+  auto gpu = make_cuda_backend(0);
+  TargetModel tm(*tfile, *gpu, ModelOptions{});
+  Tokenizer tok(Vocab::from_gguf(*tfile));
+  DraftModel draft(*dfile, tm, 8);
+  DFlashSource random_drafts(draft, tm, 256);
+  Generator plain(tm, &tok, 256);
+  GenerateOptions o;
+  o.max_new_tokens = 48;
+  o.sampling.temperature = 0;
+  auto collect = [&](auto& gen, const std::vector<int32_t>& prompt) {
+    std::vector<int32_t> out;
+    gen.generate(prompt, o, [&](int32_t t) {
+      out.push_back(t);
+      return true;
+    });
+    return out;
+  };
+  for (int i = 0; i < 8; ++i) {
+    SCOPED_TRACE("prompt " + std::to_string(i));
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 3 + 5 * i; ++j) prompt.push_back(int32_t((i * 131 + j * 17) % 240 + 5));
+    plain.reset();
+    const auto ref = collect(plain, prompt);
+    SpecDecoder with_random(tm, random_drafts, &tok, 256, SpecOptions{false, 64, 0});
+    EXPECT_EQ(collect(with_random, prompt), ref) << "random drafter";
+    ScriptedDrafts scripted(tm.hparams().n_vocab, int(prompt.size()), ref);
+    SpecDecoder with_scripted(tm, scripted, &tok, 256, SpecOptions{false, 64, 0});
+    EXPECT_EQ(collect(with_scripted, prompt), ref) << "scripted drafter";
+  }
 }
 
 }  // namespace
