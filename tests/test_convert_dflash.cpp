@@ -78,7 +78,7 @@ struct Fixture {
                 {"max_position_embeddings", h.n_ctx_train},
                 {"vocab_size", h.n_vocab},
                 {"block_size", h.block_size},
-                {"num_target_layers", h.n_target_layers()},
+                {"num_target_layers", 8},  // z-lab: the target's depth (the tiny shape has 8 layers)
                 {"dflash_config", {{"mask_token_id", h.mask_token_id}, {"target_layer_ids", h.target_layer_ids}}}};
     if (edit) edit(entries, cfg);
     test::write_file(hf + "/model.safetensors", test::safetensors_file(entries));
@@ -132,6 +132,17 @@ TEST(ConvertDflash, RoundTripIsExact) {
   }
   ASSERT_EQ(la.size(), lb.size());
   EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)));
+}
+
+TEST(ConvertDflash, LayerIdsFromTargetDepthWhenAbsent) {
+  // Published configs may give only num_target_layers (the target's depth); the fused-layer count
+  // comes from fc's width and the ids from the published spread rule.
+  Fixture fx;
+  fx.write_hf([](auto&, json& c) { c["dflash_config"].erase("target_layer_ids"); });
+  fx.convert();
+  auto a = gguf::File::open(fx.draft);
+  auto b = gguf::File::open(fx.dir.file("c.gguf"));
+  EXPECT_EQ(DraftHParams::from_gguf(*a).target_layer_ids, DraftHParams::from_gguf(*b).target_layer_ids);
 }
 
 TEST(ConvertDflash, QuantizedOutputLoads) {

@@ -67,16 +67,28 @@ DraftHParams read_draft_config(const json& c, const std::string& where) {
       if (!v.is_number_integer()) fail("{}: target_layer_ids has a non-integer entry", where);
       h.target_layer_ids.push_back(v.get<int>());
     }
-  } else {
-    const json* n = dflash_field(c, "num_target_layers");
-    if (!n || !n->is_number_integer()) fail("{}: neither target_layer_ids nor num_target_layers", where);
-    h.target_layer_ids.assign(size_t(n->get<int>()), -1);  // resolved against the target at load
   }
+  // Without explicit ids, the count comes from fc's width (set by the caller from the tensor)
+  // and the ids from the target's depth: z-lab configs give it as num_target_layers.
   if (c.contains("sliding_window") && c["sliding_window"].is_number_integer() &&
       c.value("use_sliding_window", false))
     fail("{}: sliding-window drafter layers are not supported yet", where);
-  h.validate(where);
   return h;
+}
+
+// Fills target_layer_ids when the config has none: n = fc's input width / hidden size, spread
+// over the target's depth when the config names it (num_target_layers), else left for the
+// loader to resolve against the target (-1).
+void resolve_layer_ids(DraftHParams& h, const json& c, const convert::StTensor* fc, const std::string& where) {
+  if (!h.target_layer_ids.empty()) return;
+  if (fc == nullptr || fc->shape.size() != 2 || fc->shape[1] % h.n_embd != 0)
+    fail("{}: no target_layer_ids, and fc.weight does not tell how many layers are fused", where);
+  const int n = int(fc->shape[1] / h.n_embd);
+  const json* depth = dflash_field(c, "num_target_layers");
+  if (depth && depth->is_number_integer() && depth->get<int>() > n)
+    h.target_layer_ids = DraftHParams::default_layer_ids(depth->get<int>(), n);
+  else
+    h.target_layer_ids.assign(size_t(n), -1);
 }
 
 // HF name -> GGUF name ("" = not part of the drafter).
@@ -152,8 +164,11 @@ bool is_dflash_config(const json& c) {
 
 void convert_dflash(const ConvertOptions& opt, const json& config) {
   const std::string where = (fs::path(opt.input_dir) / "config.json").string();
-  const DraftHParams h = read_draft_config(config, where);
+  DraftHParams h = read_draft_config(config, where);
   const std::unique_ptr<convert::Checkpoint> ckpt = convert::Checkpoint::open(opt.input_dir);
+  const convert::StTensor* fc = ckpt->find("fc.weight");
+  resolve_layer_ids(h, config, fc ? fc : ckpt->find("model.fc.weight"), where);
+  h.validate(where);
   const GgmlType mtype = matrix_type(opt.type);
 
   std::map<std::string, const convert::StTensor*> by_name;

@@ -146,8 +146,12 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
     }
     batch_.clear();
     const int p0 = state_->get(seq_).n_past;
-    batch_.add_speculative(seq_, p0, anchor);
-    for (int i = 0; i < n; ++i) batch_.add_speculative(seq_, p0 + 1 + i, drafts[size_t(i)]);
+    if (n == 0) {  // a plain step: no checkpoints, nothing to commit
+      batch_.add(seq_, p0, anchor, true);
+    } else {
+      batch_.add_speculative(seq_, p0, anchor);
+      for (int i = 0; i < n; ++i) batch_.add_speculative(seq_, p0 + 1 + i, drafts[size_t(i)]);
+    }
     model_.forward(batch_, *state_, out_);
 
     // Walk the block: row i's logits decide the token after row i.
@@ -177,7 +181,7 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
       st.accepted_tokens++;
       emit(d);
     }
-    model_.commit(*state_, seq_, kept);
+    if (n > 0) model_.commit(*state_, seq_, kept);
     drafts_.on_target_rows(kept);
     if (n > 0) {
       st.draft_steps++;
