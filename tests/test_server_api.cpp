@@ -268,6 +268,21 @@ TEST_F(ServerApi, DisconnectCancels) {
   EXPECT_NE(server_->log().find(" cancelled"), std::string::npos);
 }
 
+// The trained demo model (models/demo) really calls tools: the openai client gets them parsed.
+TEST(ServerDemoModel, LiveToolCalls) {
+  const std::string model = std::string(DELTAFLASH_SOURCE_DIR) + "/models/demo/qwen35-demo-target-q8_0.gguf";
+  if (kNodeModules.empty() || kNode.empty())
+    GTEST_SKIP() << "SKIPPED: openai client checks need DELTAFLASH_JS_ORACLES (tools/js-oracles/node_modules) and node";
+  if (!std::ifstream(model)) GTEST_SKIP() << "SKIPPED: " << model << " is missing";
+  TempDir dir;
+  ServerProcess server({"-m", model, "--threads", "1", "--ctx", "1024", "--api-key", kKey}, dir.file("server.log"));
+  const std::string cmd =
+      kNode + " " + quote(kScript) + " live_tools " + server.url() + " " + kKey + " " + quote(kNodeModules);
+  const auto [status, out] = test::run_capture(cmd);
+  EXPECT_EQ(status, 0) << out << "\n--- server log ---\n" << server.log();
+  EXPECT_NE(out.find("ok live_tools"), std::string::npos) << out;
+}
+
 // The model's own template opens <think> in the generation prompt: generated text starts as
 // reasoning; a budget forces "\n</think>\n\n" after that many thinking tokens.
 class ServerReasoning : public ::testing::Test {

@@ -39,8 +39,9 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt);
 // Only the file and tokenizer (tokenize/inspect need no weights).
 LoadedModel load_tokenizer(const std::string& path);
 
-// The model used when -m is not given: <source dir>/models/demo/demo-target.gguf when it exists
-// (the trained demo model), else the tiny random-weight demo model generated in the build dir.
+// The model used when -m is not given: the trained demo target
+// <source dir>/models/demo/qwen35-demo-target-q8_0.gguf when it exists, else the tiny
+// random-weight demo model generated in the build dir.
 std::string default_model_path();
 
 // Parses "1,2,3" into token ids; throws df::Error on anything else.

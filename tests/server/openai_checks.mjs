@@ -184,6 +184,48 @@ const checks = {
     expectCalls(body.choices[0].message);
   },
 
+  // The trained demo model calls tools when asked the way its training data did: the calls
+  // come back parsed (streamed and not), and the result goes back through the template.
+  async live_tools() {
+    const tools = [{ type: 'function', function: { name: 'load_config', description: 'Read a JSON configuration file.',
+      parameters: { type: 'object', properties: { path: { type: 'string', description: 'The `path` argument.' } },
+        required: ['path'] } } }];
+    const messages = [{ role: 'user', content: 'Please use the `load_config` tool with path=data.txt.' }];
+    const params = { model: 'demo', messages, tools, max_tokens: 60, temperature: 0 };
+    const expectCall = (c) => {
+      assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(c));
+      assert.equal(c.message.content, null);
+      assert.equal(c.message.tool_calls.length, 1);
+      const call = c.message.tool_calls[0];
+      assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
+      assert.equal(call.type, 'function');
+      assert.equal(call.function.name, 'load_config');
+      assert.deepEqual(JSON.parse(call.function.arguments), { path: 'data.txt' });
+      return call;
+    };
+    const r = await client.chat.completions.create(params);
+    const call = expectCall(r.choices[0]);
+    const chunks = await collect(await client.chat.completions.create({ ...params, stream: true }));
+    for (const ch of chunks) assert.ok(!(ch.choices[0]?.delta?.content ?? '').includes('<tool'), JSON.stringify(ch));
+    const streamedCalls = chunks.filter((ch) => ch.choices[0]?.delta?.tool_calls);
+    assert.equal(streamedCalls.length, 1);
+    assert.equal(streamedCalls[0].choices[0].delta.tool_calls[0].index, 0);
+    const final = await client.chat.completions.stream(params).finalChatCompletion();
+    expectCall(final.choices[0]);
+
+    // Round trip: the assistant's call and the tool's answer go back through the template.
+    const history = [...messages, r.choices[0].message, { role: 'tool', tool_call_id: call.id, content: '{"debug": true}' }];
+    const applied = await post('/apply-template', { messages: history, tools });
+    assert.equal(applied.status, 200, JSON.stringify(applied.json));
+    assert.ok(applied.json.prompt.includes('<tool_call>\n<function=load_config>\n<parameter=path>\ndata.txt\n</parameter>'),
+      applied.json.prompt);
+    assert.ok(applied.json.prompt.includes('<tool_response>\n{"debug": true}\n</tool_response>'));
+    const tok = await post('/tokenize', { content: applied.json.prompt });
+    const next = await client.chat.completions.create({ ...params, messages: history });
+    assert.equal(next.usage.prompt_tokens, tok.json.tokens.length);
+    assert.ok(['stop', 'length', 'tool_calls'].includes(next.choices[0].finish_reason));
+  },
+
   // A stop sequence that straddles a token boundary ends the text just before it, streamed or not.
   async stop() {
     const base = { messages: USER, max_tokens: 24, seed: 2, ...WIDE, chat_template_kwargs: NO_THINK,
