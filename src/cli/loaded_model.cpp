@@ -81,7 +81,7 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
 
 std::string default_model_path() {
   // Both directories are compiled in (CMakeLists.txt sets them on the deltaflash target).
-  const std::string trained = std::string(DELTAFLASH_SOURCE_DIR) + "/models/demo/demo-target.gguf";
+  const std::string trained = std::string(DELTAFLASH_SOURCE_DIR) + "/models/demo/qwen35-demo-target-q8_0.gguf";
   std::error_code ec;
   if (std::filesystem::is_regular_file(trained, ec)) return trained;
   return std::string(DELTAFLASH_BUILD_DIR) + "/models/demo-qwen35-tiny.gguf";
