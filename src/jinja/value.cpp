@@ -184,6 +184,20 @@ std::string to_output(const Value& v) {
 
 std::string to_concat(const Value& v) {
   if (v.is_float()) return js_number(v.as_float());
+  if (v.is_array()) {
+    // JavaScript's Array.prototype.toString: the items' own text joined by commas (list
+    // content concatenated into a prompt reads "{...},{...}" in @huggingface/jinja).
+    std::string out;
+    bool first = true;
+    for (const Value& item : v.as_array()) {
+      if (!first) out += ',';
+      first = false;
+      if (item.is_none()) out += "null";
+      else if (item.is_undefined()) out += "undefined";
+      else out += to_output(item);
+    }
+    return out;
+  }
   return to_output(v);
 }
 

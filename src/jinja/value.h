@@ -128,7 +128,8 @@ Value from_json(const nlohmann::json& j, int max_depth = 256);
 // arrays and objects as JSON with ", " and ": " separators (as @huggingface/jinja prints them).
 std::string to_output(const Value& v);
 // How a value joins a string with `~`, `+` and the join filter: like to_output, but floats are
-// written as JavaScript writes numbers (1.0 -> "1"), matching @huggingface/jinja.
+// written as JavaScript writes numbers (1.0 -> "1") and lists as their items joined by commas,
+// matching @huggingface/jinja. (Dicts stay JSON, where JavaScript would write [object Map].)
 std::string to_concat(const Value& v);
 
 // Python-style equality (numbers by value, containers element-wise); none equals undefined, as
