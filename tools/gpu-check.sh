@@ -32,7 +32,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEPS_DEBS=(nlohmann-json3-dev libpcre2-dev libpcre2-8-0 libfmt-dev libfmt9 libcli11-dev libgtest-dev
-  pkgconf pkgconf-bin libpkgconf3)
+  pkgconf pkgconf-bin libpkgconf3 libcpp-httplib-dev libcpp-httplib0.11 libssl-dev libssl3 zlib1g-dev zlib1g
+  libbrotli-dev libbrotli1)
 DEB_DIR=third_party/gpu-deps
 
 if [ "${1:-}" = "--fetch-deps" ]; then  # on the dev machine
@@ -96,7 +97,17 @@ EOF
     chmod +x "$PREFIX/bin/pkg-config"
     CMAKE_DEPS+=("-DPKG_CONFIG_EXECUTABLE=$PREFIX/bin/pkg-config")
   fi
-  echo "gpu-check: dependencies from $DEB_DIR unpacked under $PREFIX"
+  # cpp-httplib's shared library needs brotli (and OpenSSL, zlib) at link and run time; the
+  # image's own OpenSSL and zlib are preferred, Debian's copies only fill in what is missing.
+  RTLIB=$PREFIX/rtlib
+  mkdir -p "$RTLIB"
+  for lib in libcpp-httplib.so.0.11 libbrotlicommon.so.1 libbrotlidec.so.1 libbrotlienc.so.1 libssl.so.3 libcrypto.so.3 libz.so.1; do
+    case "$lib" in libbrotli*|libcpp-httplib*) ;; *) ldconfig -p 2>/dev/null | grep -q "[[:space:]]$lib[[:space:]]" && continue ;; esac
+    src=$(find "$PREFIX" -name "$lib*" \( -type f -o -type l \) | head -1)
+    [ -n "$src" ] && ln -sf "$src" "$RTLIB/$lib"
+  done
+  export LD_LIBRARY_PATH="$RTLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "gpu-check: dependencies from $DEB_DIR unpacked under $PREFIX (runtime libs: $(ls "$RTLIB" | tr '\n' ' '))"
 fi
 
 # --- build ---
@@ -162,10 +173,10 @@ if [ "$BENCH" = 1 ]; then
   make_pid=$!
 fi
 
-# --- CUDA tests (with --bench: what the bench's ~200 s leave of the budget) ---
+# --- CUDA tests (with --bench: what the bench's ~150 s leave of the budget) ---
 cuda_rc=0
 test_limit=420
-[ "$BENCH" = 1 ] && test_limit=$(( $(left) - 200 ))
+[ "$BENCH" = 1 ] && test_limit=$(( $(left) - 150 ))
 [ "$test_limit" -lt 60 ] && test_limit=60
 timeout "$test_limit" "$BUILD/tests/test_cuda_ops" --gtest_output="xml:$LOG/test_cuda_ops.xml" >"$LOG/test_cuda_ops.log" 2>&1 || cuda_rc=$?
 echo "gpu-check: CUDA tests rc=$cuda_rc ($(elapsed), limit ${test_limit}s)"
