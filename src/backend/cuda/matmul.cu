@@ -1,5 +1,9 @@
 // y[r][o] = sum_k W[o][k] x[r][k] with W in its file format, dequantized on the fly.
 //
+// The generic kernels. Weights that the fast kernels take (matvec.cu: Q4_K, Q5_K, Q6_K, Q8_0,
+// Q4_0, IQ4_XS, F32, F16, BF16 with aligned rows) never come here; the rest (Q4_1, Q5_0, Q5_1,
+// Q2_K, Q3_K, IQ4_NL, and odd shapes) do, for every row count.
+//
 // The simple correct version: one warp per output row. For block formats each lane
 // dequantizes 32-element chunks of that row (chunk = lane, lane + 32, ...) and dots each chunk
 // with up to kRowsPerPass activation rows, so one pass reads every weight byte once for all of
