@@ -244,6 +244,30 @@ long metric(const ServerProcess& s, const std::string& name) {
   return std::stol(r->body.substr(at + name.size() + 2));
 }
 
+// The per-token latency histogram observes each interval between consecutive committed tokens:
+// a request of n tokens adds n - 1 observations, streamed or not.
+TEST_F(ServerApi, TokenLatencyHistogramCountsIntervals) {
+  const std::string count = "deltaflash_time_per_output_token_seconds_count";
+  const long before = metric(*server_, count);
+  long expected = 0;
+  const json c = post("/v1/completions", {{"prompt", "The river"}, {"max_tokens", 9}, {"seed", 4}, {"temperature", 1.5}});
+  expected += c["usage"]["completion_tokens"].get<long>() - 1;
+  const json one = post("/v1/completions", {{"prompt", "The river"}, {"max_tokens", 1}});
+  EXPECT_EQ(one["usage"]["completion_tokens"], 1);  // one token: no interval
+  RawConnection conn(server_->port());
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Hello"}}}}, {"max_tokens", 6}, {"seed", 2},
+                     {"temperature", 1.5}, {"top_k", 0}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+  ASSERT_TRUE(conn.send_all(test::post_request("/v1/chat/completions", body.dump(), kKey)));
+  const std::string raw = conn.read_all();
+  const std::string sse = test::dechunk(raw.substr(raw.find("\r\n\r\n") + 4));
+  const std::string key = "\"completion_tokens\":";
+  const size_t at = sse.find(key);
+  ASSERT_NE(at, std::string::npos) << sse;
+  expected += std::stol(sse.substr(at + key.size())) - 1;
+  EXPECT_GT(expected, 0);
+  EXPECT_EQ(metric(*server_, count) - before, expected);
+}
+
 // A client that disconnects cancels its request within a step: the engine is free again at
 // once, long before max_tokens would have been reached.
 TEST_F(ServerApi, DisconnectCancels) {

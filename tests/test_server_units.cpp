@@ -1,8 +1,11 @@
 // Unit tests of the server's text pipeline and request validation: stop sequences split across
 // tokens, <think> splitting, tool-call parsing (XML and JSON forms, malformed blocks stay
-// content), and the 400s of request parsing.
+// content), the 400s of request parsing, key order and tool-call arguments on their way into
+// the chat template, and the per-token latency histogram.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -12,13 +15,16 @@
 #include "server/chat_output.h"
 #include "server/prompt_renderer.h"
 #include "server/reasoning_splitter.h"
+#include "server/metrics.h"
 #include "server/requests.h"
+#include "server/server_core.h"
 #include "server/tool_calls.h"
 
 namespace df::server {
 namespace {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
 // Feeds pieces one by one and concatenates what the matcher releases.
 std::string run_stops(const std::vector<std::string>& stops, const std::vector<std::string>& pieces, bool* matched) {
@@ -335,7 +341,7 @@ TEST(Requests, ChatFieldsAreRead) {
   EXPECT_TRUE(r.gen.include_usage);
   EXPECT_EQ(r.messages[1]["content"], "ab");
   EXPECT_EQ(r.messages[2]["content"], "");
-  EXPECT_EQ(r.messages[2]["tool_calls"][0]["function"]["arguments"], json::parse(R"({"x": 1})"));
+  EXPECT_EQ(r.messages[2]["tool_calls"][0]["function"]["arguments"], ordered_json::parse(R"({"x": 1})"));
   EXPECT_EQ(r.tool_choice, ToolChoice::None);
   EXPECT_TRUE(template_tools(r).is_null());  // "none": the template sees no tools
   EXPECT_EQ(r.template_kwargs["enable_thinking"], false);
@@ -394,6 +400,111 @@ TEST(PromptRenderer, TemplateInputsAndErrors) {
   }
   EXPECT_FALSE(ends_inside_think("<think>\nx</think>\n\n"));
   EXPECT_TRUE(ends_inside_think("<think>a</think> b <think>\n"));
+}
+
+// tool_choice "required" and a named function are refused: offering the tools does not make the
+// model call one, and the engine has no constrained decoding to enforce it.
+TEST(Requests, ForcedToolChoiceIsRefused) {
+  const std::string base = R"("messages": [{"role": "user", "content": "hi"}],
+      "tools": [{"type": "function", "function": {"name": "a"}}])";
+  const std::pair<std::string, std::string> cases[] = {
+      {R"("required")", "tool_choice 'required' is not supported yet"},
+      {R"({"type": "function", "function": {"name": "a"}})", "named tool_choice is not supported yet"}};
+  for (const auto& [choice, message] : cases) {
+    try {
+      parse_chat_request(json::parse("{" + base + R"(, "tool_choice": )" + choice + "}"), 1000);
+      ADD_FAILURE() << "accepted " << choice;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_EQ(e.param, "tool_choice");
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+  for (const char* choice : {R"("auto")", R"("none")"})
+    EXPECT_NO_THROW(parse_chat_request(json::parse("{" + base + R"(, "tool_choice": )" + choice + "}"), 1000));
+}
+
+// The request body keeps the client's key order all the way into the template's tojson.
+TEST(Requests, ClientKeyOrderReachesTheTemplate) {
+  httplib::Request req;
+  req.body = R"({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "required": ["z"], "properties": {"z": {"type": "string"}, "a": {"type": "integer"}}}}}],
+    "messages": [{"role": "user", "content": "q"},
+      {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "id": "c1",
+        "function": {"name": "f", "arguments": "{\"z\": \"x\", \"a\": 1}"}}]}],
+    "chat_template_kwargs": {"opts": {"zeta": 1, "alpha": 2}}})";
+  const ChatRequest r = parse_chat_request(parse_body(req), 1000);
+  const PromptRenderer renderer(
+      "{{ tools[0] | tojson }}\n{{ messages[1].tool_calls[0] | tojson }}\n{{ opts | tojson }}", "", "");
+  EXPECT_EQ(renderer.render(r).text,
+            R"({"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": ["z"], )"
+            R"("properties": {"z": {"type": "string"}, "a": {"type": "integer"}}}}})"
+            "\n"
+            R"({"type": "function", "id": "c1", "function": {"name": "f", "arguments": {"z": "x", "a": 1}}})"
+            "\n"
+            R"({"zeta": 1, "alpha": 2})");
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// OpenAI clients send tool-call arguments as a JSON string; a Qwen3.5-style template iterates
+// them as a mapping (and raises on a string), so a string holding a JSON object is parsed.
+TEST(PromptRenderer, ToolCallArgumentsStringBecomesAnObject) {
+  const PromptRenderer r(read_text(std::string(DELTAFLASH_TEST_DATA) + "/jinja/qwen35_style.jinja"), "", "<|im_end|>");
+  const std::string history = R"({"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\", \"days\": 3}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "sunny"})";
+  const std::string text = r.render(chat_of(R"({"messages": [)" + history + "]}")).text;
+  EXPECT_NE(text.find("<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n"
+                      "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"),
+            std::string::npos)
+      << text;
+
+  // A string that is not a JSON object stays a string: templates that print it still work, and
+  // this one's own error reaches the client as a 400.
+  const ChatRequest raw = chat_of(R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant",
+      "content": "", "tool_calls": [{"function": {"name": "f", "arguments": "not json"}}]}]})");
+  EXPECT_EQ(raw.messages[1]["tool_calls"][0]["function"]["arguments"], "not json");
+  const PromptRenderer printing("{% for m in messages %}{% for c in m.tool_calls %}{{ c.function.arguments }}{% endfor %}{% endfor %}",
+                                "", "");
+  EXPECT_EQ(printing.render(raw).text, "not json");
+  try {
+    r.render(raw);
+    ADD_FAILURE() << "no error";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("Tool call arguments must be an object"), std::string::npos) << e.what();
+  }
+}
+
+// Tool calls the model writes keep its argument order.
+TEST(ToolCalls, ArgumentsKeepTheModelsOrder) {
+  const auto x = parse_tool_call("<function=f>\n<parameter=z>\n1\n</parameter>\n<parameter=a>\n2\n</parameter>\n</function>",
+                                 nullptr);
+  ASSERT_TRUE(x);
+  EXPECT_EQ(x->arguments, R"({"z":"1","a":"2"})");
+  const auto j = parse_tool_call(R"({"name": "f", "arguments": {"z": 1, "a": 2}})", nullptr);
+  ASSERT_TRUE(j);
+  EXPECT_EQ(j->arguments, R"({"z":1,"a":2})");
+}
+
+// Each interval is one observation.
+TEST(Metrics, TokenIntervalsAreObservedOneByOne) {
+  Metrics m;
+  m.observe_token_intervals({0.0005, 0.02, 0.02, 3.0});
+  const std::string text = m.render(0, false);
+  for (const char* line : {"deltaflash_time_per_output_token_seconds_bucket{le=\"0.001\"} 1\n",
+                           "deltaflash_time_per_output_token_seconds_bucket{le=\"0.025\"} 3\n",
+                           "deltaflash_time_per_output_token_seconds_bucket{le=\"1\"} 3\n",
+                           "deltaflash_time_per_output_token_seconds_bucket{le=\"+Inf\"} 4\n",
+                           "deltaflash_time_per_output_token_seconds_count 4\n"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
 }
 
 }  // namespace

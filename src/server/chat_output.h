@@ -19,7 +19,7 @@ struct ChatOutputOptions {
   bool parse_reasoning = false;      // chat: split <think> blocks into reasoning_content
   bool starts_in_reasoning = false;  // the prompt ended inside an open <think>
   bool parse_tools = false;          // tools were offered to the template
-  nlohmann::json tools;              // their definitions (schemas coerce parameter types)
+  nlohmann::ordered_json tools;      // their definitions (schemas coerce parameter types)
 };
 
 class ChatOutput {

@@ -59,6 +59,19 @@ const char* finish_text(FinishReason f) {
   return "?";
 }
 
+// The intervals between a request's consecutive committed tokens.
+struct TokenIntervals {
+  std::chrono::steady_clock::time_point last;
+  bool started = false;
+  std::vector<double> seconds;
+  void tick() {
+    const auto now = std::chrono::steady_clock::now();
+    if (started) seconds.push_back(std::chrono::duration<double>(now - last).count());
+    last = now;
+    started = true;
+  }
+};
+
 // Queues the job and answers the request (JSON or SSE).
 void run_job(ServerCore& c, const httplib::Request& req, httplib::Response& res, JobSetup setup,
              std::vector<int32_t> prompt, const GenerationFields& gen) {
@@ -72,13 +85,20 @@ void run_job(ServerCore& c, const httplib::Request& req, httplib::Response& res,
   g.sampling = gen.sampling;
   g.top_logprobs = gen.top_logprobs;
   g.forced_prefix = job->forced_prefix();
-  g.on_token = [job](const TokenEvent& e) { return job->on_token(e); };
+  // When each token was committed (the engine calls on_token right after committing it), for
+  // the per-token latency histogram. on_token and on_done both run on the worker thread.
+  auto intervals = std::make_shared<TokenIntervals>();
+  g.on_token = [job, intervals](const TokenEvent& e) {
+    intervals->tick();
+    return job->on_token(e);
+  };
   // Runs on the worker when the request ends in any way: metrics and the log line.
-  g.on_done = [job, &c, method = req.method, path = req.path](const GenerationResult& r) {
-    job->on_done(r);
+  g.on_done = [job, intervals, &c, method = req.method, path = req.path](const GenerationResult& r) {
+    // Token metrics first: once the client has its answer, /metrics already counts it.
     c.metrics.count_tokens(r.prompt_tokens, r.generated_tokens);
     if (r.generated_tokens > 0) c.metrics.observe_ttft(r.ttft_seconds);
-    if (r.generated_tokens > 1) c.metrics.observe_token_latency(r.decode_seconds / (r.generated_tokens - 1), r.generated_tokens - 1);
+    c.metrics.observe_token_intervals(intervals->seconds);
+    job->on_done(r);
     RequestLog log;
     log.id = job->setup().id;
     log.status = job->status();

@@ -69,17 +69,18 @@ void ServerCore::finish_request(const std::string& method, const std::string& pa
   std::fprintf(stderr, "%s\n", line.c_str());
 }
 
-json parse_body(const httplib::Request& req) {
+nlohmann::ordered_json parse_body(const httplib::Request& req) {
+  using ojson = nlohmann::ordered_json;
   // Deeper nesting than any API body needs would only make later recursive copies and
   // template conversion deep (and stack-hungry): refuse it while parsing.
   static constexpr int kMaxDepth = 64;
-  auto limit_depth = [](int depth, json::parse_event_t, json&) {
+  auto limit_depth = [](int depth, ojson::parse_event_t, ojson&) {
     if (depth > kMaxDepth) throw ApiError(400, fmt::format("the request body is nested deeper than {} levels", kMaxDepth));
     return true;
   };
   try {
-    return json::parse(req.body, limit_depth);
-  } catch (const json::parse_error& e) {
+    return ojson::parse(req.body, limit_depth);
+  } catch (const ojson::parse_error& e) {
     throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
   }
 }

@@ -31,7 +31,7 @@ void handle_models(ServerCore& c, const httplib::Request& req, httplib::Response
 void handle_tokenize(ServerCore& c, const httplib::Request& req, httplib::Response& res) {
   if (!c.require_ready(req, res)) return;
   try {
-    const json body = parse_body(req);
+    const nlohmann::ordered_json body = parse_body(req);
     if (!body.is_object() || !body.contains("content") || !body["content"].is_string())
       throw ApiError(400, "'content' (a string) is required", "content");
     bool parse_special = true;
@@ -49,12 +49,12 @@ void handle_tokenize(ServerCore& c, const httplib::Request& req, httplib::Respon
 void handle_detokenize(ServerCore& c, const httplib::Request& req, httplib::Response& res) {
   if (!c.require_ready(req, res)) return;
   try {
-    const json body = parse_body(req);
+    const nlohmann::ordered_json body = parse_body(req);
     if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
       throw ApiError(400, "'tokens' (a list of token ids) is required", "tokens");
     const int n_vocab = c.model.tokenizer->n_vocab();
     std::vector<int32_t> ids;
-    for (const json& t : body["tokens"]) {
+    for (const auto& t : body["tokens"]) {
       if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
         throw ApiError(400, fmt::format("token ids must be integers in [0, {})", n_vocab), "tokens");
       ids.push_back(t.get<int32_t>());

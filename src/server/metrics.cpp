@@ -45,10 +45,10 @@ void Metrics::observe_ttft(double seconds) {
   ttft_.observe(seconds);
 }
 
-void Metrics::observe_token_latency(double seconds_per_token, int tokens) {
-  if (tokens <= 0) return;
+void Metrics::observe_token_intervals(const std::vector<double>& seconds) {
+  if (seconds.empty()) return;
   std::lock_guard<std::mutex> lk(mu_);
-  per_token_.observe(seconds_per_token, uint64_t(tokens));
+  for (double s : seconds) per_token_.observe(s);
 }
 
 std::string Metrics::render(int queue_depth, bool running) const {
@@ -64,7 +64,7 @@ std::string Metrics::render(int queue_depth, bool running) const {
                      "# TYPE deltaflash_generated_tokens_total counter\ndeltaflash_generated_tokens_total {}\n",
                      generated_tokens_);
   ttft_.write(out, "deltaflash_time_to_first_token_seconds", "Time from request arrival to its first token");
-  per_token_.write(out, "deltaflash_time_per_output_token_seconds", "Time between generated tokens (each request's mean, once per token)");
+  per_token_.write(out, "deltaflash_time_per_output_token_seconds", "Time between consecutive generated tokens of a request");
   out += fmt::format("# HELP deltaflash_queue_depth Requests waiting for the engine\n"
                      "# TYPE deltaflash_queue_depth gauge\ndeltaflash_queue_depth {}\n",
                      queue_depth);

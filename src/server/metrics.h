@@ -28,7 +28,9 @@ class Metrics {
   void count_request(int status);
   void count_tokens(int prompt, int generated);
   void observe_ttft(double seconds);
-  void observe_token_latency(double seconds_per_token, int tokens);
+  // The intervals between one request's consecutive committed tokens (one per token after the
+  // first), each observed once.
+  void observe_token_intervals(const std::vector<double>& seconds);
   std::string render(int queue_depth, bool running) const;
 
  private:

@@ -10,7 +10,8 @@
 
 namespace df::server {
 
-using nlohmann::json;
+// Ordered: key order of the client's JSON reaches the template (see requests.h).
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -136,7 +137,8 @@ json normalize_tool_calls(const json& calls, size_t index) {
       bad(param, "each tool call needs a 'function' object");
     json f = c["function"];
     if (!f.contains("name") || !f["name"].is_string()) bad(param, "each tool call needs a function name");
-    // Templates iterate the arguments as a mapping; OpenAI sends them as a JSON string.
+    // Templates iterate the arguments as a mapping; OpenAI sends them as a JSON string. A
+    // string that is not a JSON object stays a string (templates that print it still work).
     if (f.contains("arguments") && f["arguments"].is_string()) {
       json parsed = json::parse(f["arguments"].get<std::string>(), nullptr, false);
       if (!parsed.is_discarded() && parsed.is_object()) f["arguments"] = std::move(parsed);
@@ -203,22 +205,25 @@ void parse_tools(const json& body, ChatRequest& r) {
       const std::string s = tc->get<std::string>();
       if (s == "auto") r.tool_choice = ToolChoice::Auto;
       else if (s == "none") r.tool_choice = ToolChoice::None;
-      else if (s == "required") r.tool_choice = ToolChoice::Required;
-      else bad("tool_choice", "'tool_choice' must be 'auto', 'none', 'required' or a named function");
+      else if (s == "required") {
+        if (r.tools.is_null()) bad("tool_choice", "'tool_choice' requires 'tools'");
+        // Offering the tools does not make the model call one; enforcing it needs constrained
+        // decoding, which the engine does not have.
+        bad("tool_choice", "tool_choice 'required' is not supported yet; use 'auto'");
+      } else {
+        bad("tool_choice", "'tool_choice' must be 'auto', 'none', 'required' or a named function");
+      }
     } else if (tc->is_object() && tc->contains("function") && (*tc)["function"].is_object() &&
                (*tc)["function"].contains("name") && (*tc)["function"]["name"].is_string()) {
-      r.tool_choice = ToolChoice::Named;
-      r.tool_name = (*tc)["function"]["name"].get<std::string>();
+      const std::string name = (*tc)["function"]["name"].get<std::string>();
+      if (r.tools.is_null()) bad("tool_choice", "'tool_choice' requires 'tools'");
+      bool found = false;
+      for (const json& t : r.tools) found = found || t["function"]["name"] == name;
+      if (!found) bad("tool_choice", fmt::format("tool_choice names '{}', which is not in 'tools'", name));
+      bad("tool_choice", "named tool_choice is not supported yet; use 'auto'");
     } else {
       bad("tool_choice", "'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}");
     }
-  }
-  if ((r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named) && r.tools.is_null())
-    bad("tool_choice", "'tool_choice' requires 'tools'");
-  if (r.tool_choice == ToolChoice::Named) {
-    bool found = false;
-    for (const json& t : r.tools) found = found || t["function"]["name"] == r.tool_name;
-    if (!found) bad("tool_choice", fmt::format("tool_choice names '{}', which is not in 'tools'", r.tool_name));
   }
 }
 
@@ -305,11 +310,7 @@ CompletionRequest parse_completion_request(const json& body, int n_vocab) {
 
 json template_tools(const ChatRequest& r) {
   if (r.tools.is_null() || r.tool_choice == ToolChoice::None) return nullptr;
-  if (r.tool_choice != ToolChoice::Named) return r.tools;
-  json only = json::array();
-  for (const json& t : r.tools)
-    if (t["function"]["name"] == r.tool_name) only.push_back(t);
-  return only;
+  return r.tools;
 }
 
 }  // namespace df::server

@@ -1,6 +1,10 @@
 // Parsing and validating /v1/chat/completions and /v1/completions bodies. Every problem becomes
 // an ApiError (400) naming the field; unknown fields are ignored, as OpenAI does; fields whose
-// meaning we cannot honour (n > 1, json response formats, echo, ...) are refused.
+// meaning we cannot honour (n > 1, json response formats, echo, tool_choice "required", ...)
+// are refused.
+//
+// Bodies are nlohmann::ordered_json: what reaches the chat template (messages, tools,
+// chat_template_kwargs) keeps the client's key order, which templates print with tojson.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -27,15 +31,17 @@ struct GenerationFields {
   int top_logprobs = -1;          // -1: no logprobs
 };
 
-enum class ToolChoice { Auto, None, Required, Named };
+// "required" and a named function are refused (400): nothing would make the model call a tool.
+enum class ToolChoice { Auto, None };
 
 struct ChatRequest {
   GenerationFields gen;
-  nlohmann::json messages;  // normalized: text content as strings, tool-call arguments as objects
-  nlohmann::json tools;     // null, or the tool definitions offered to the template
+  // Normalized: text content as strings; tool-call arguments sent as a JSON string that holds
+  // an object are parsed into that object (templates iterate them), other strings stay strings.
+  nlohmann::ordered_json messages;
+  nlohmann::ordered_json tools;  // null, or the tool definitions offered to the template
   ToolChoice tool_choice = ToolChoice::Auto;
-  std::string tool_name;    // ToolChoice::Named
-  nlohmann::json template_kwargs = nlohmann::json::object();
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   int reasoning_budget = kBudgetFromServer;  // -1: unlimited
 };
 
@@ -47,10 +53,10 @@ struct CompletionRequest {
 };
 
 // n_vocab bounds token ids (logit_bias keys, token prompts).
-ChatRequest parse_chat_request(const nlohmann::json& body, int n_vocab);
-CompletionRequest parse_completion_request(const nlohmann::json& body, int n_vocab);
+ChatRequest parse_chat_request(const nlohmann::ordered_json& body, int n_vocab);
+CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, int n_vocab);
 
-// The messages, tools and kwargs a template sees (tool_choice "none" offers no tools).
-nlohmann::json template_tools(const ChatRequest& r);
+// The tools a template sees: null when there are none or tool_choice is "none".
+nlohmann::ordered_json template_tools(const ChatRequest& r);
 
 }  // namespace df::server

@@ -50,8 +50,9 @@ struct ServerCore {
   void finish_request(const httplib::Request& req, const RequestLog& log) { finish_request(req.method, req.path, log); }
 };
 
-// The body as a JSON value; ApiError 400 when it is not JSON.
-nlohmann::json parse_body(const httplib::Request& req);
+// The body as a JSON value with its objects' keys in the order the client wrote them (they can
+// reach a chat template's tojson); ApiError 400 when it is not JSON.
+nlohmann::ordered_json parse_body(const httplib::Request& req);
 
 void register_generation_routes(ServerCore& core);  // /v1/chat/completions, /v1/completions
 void register_info_routes(ServerCore& core);        // models, tokenize, detokenize, apply-template, health, metrics

@@ -4,7 +4,8 @@
 
 namespace df::server {
 
-using nlohmann::json;
+// Ordered: arguments keep the model's key order.
+using json = nlohmann::ordered_json;
 
 namespace {
 

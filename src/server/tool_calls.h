@@ -17,7 +17,8 @@ namespace df::server {
 
 // Parses the text between <tool_call> and </tool_call>. tools: the request's tool list (or
 // null); parameter values of the XML form are converted to the JSON types their schema names.
-std::optional<ToolCall> parse_tool_call(std::string_view body, const nlohmann::json& tools);
+// The arguments keep the order in which the model wrote them.
+std::optional<ToolCall> parse_tool_call(std::string_view body, const nlohmann::ordered_json& tools);
 
 // "call_" + 24 random alphanumerics.
 std::string new_tool_call_id();
@@ -26,7 +27,7 @@ std::string new_tool_call_id();
 // then emitting a ToolCall piece (or the raw block as content when it does not parse).
 class ToolCallStreamer {
  public:
-  explicit ToolCallStreamer(nlohmann::json tools) : tools_(std::move(tools)) {}
+  explicit ToolCallStreamer(nlohmann::ordered_json tools) : tools_(std::move(tools)) {}
   void push(std::string_view content, std::vector<OutputPiece>& out);
   void flush(std::vector<OutputPiece>& out);
   int calls() const { return calls_; }
@@ -35,7 +36,7 @@ class ToolCallStreamer {
   void emit_content(std::string_view text, std::vector<OutputPiece>& out);
   void close_block(std::string_view body, bool closed, std::vector<OutputPiece>& out);
 
-  nlohmann::json tools_;
+  nlohmann::ordered_json tools_;
   std::string held_;
   bool in_block_ = false;
   size_t searched_ = 0;  // held_ bytes already known not to contain the closing tag

@@ -119,16 +119,17 @@ const checks = {
   async tools_round_trip() {
     const templateSource = fs.readFileSync(extra[0], 'utf8');
     const { Template } = await load('@huggingface/jinja/dist/index.js');
-    // Keys in sorted order at every level: the server's JSON objects keep sorted keys, the
-    // reference keeps insertion order, and the template prints the tools with tojson.
-    const tools = [{ function: { description: 'Weather for a city', name: 'get_weather',
-      parameters: { properties: { city: { type: 'string' } }, required: ['city'], type: 'object' } }, type: 'function' },
-    { function: { name: 'get_time', parameters: { properties: {}, type: 'object' } }, type: 'function' }];
+    // Keys in the order clients write them (not sorted): the template prints the tools and the
+    // call's arguments with tojson, so the server must hand them over in the client's order.
+    const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather for a city',
+      parameters: { type: 'object', properties: { unit: { type: 'string', enum: ['celsius', 'fahrenheit'] },
+        city: { type: 'string' } }, required: ['city'] } } },
+    { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: {} } } }];
     const messages = [
       { role: 'system', content: 'You are helpful.' },
       { role: 'user', content: 'Weather in Oslo?' },
       { role: 'assistant', content: null, tool_calls: [{ id: 'call_abc', type: 'function',
-        function: { name: 'get_weather', arguments: '{"city": "Oslo"}' } }] },
+        function: { name: 'get_weather', arguments: '{"unit": "celsius", "city": "Oslo"}' } }] },
       { role: 'tool', tool_call_id: 'call_abc', content: '{"celsius": 21}' },
     ];
     const applied = await post('/apply-template', { messages, tools });
@@ -136,11 +137,15 @@ const checks = {
     // What templates receive: null content as "", arguments as an object.
     const normalized = structuredClone(messages);
     normalized[2].content = '';
-    normalized[2].tool_calls[0].function.arguments = { city: 'Oslo' };
+    normalized[2].tool_calls[0].function.arguments = JSON.parse(messages[2].tool_calls[0].function.arguments);
     const oracle = new Template(templateSource).render({ messages: normalized, tools, add_generation_prompt: true,
       bos_token: '', eos_token: '<|im_end|>' });
     assert.equal(applied.json.prompt, oracle);
-    assert.ok(oracle.includes('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'));
+    assert.ok(oracle.includes(
+      '<tool_call>\n{"name": "get_weather", "arguments": {"unit": "celsius", "city": "Oslo"}}\n</tool_call>'));
+    assert.ok(oracle.includes('{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city", '
+      + '"parameters": {"type": "object", "properties": {"unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}, '
+      + '"city": {"type": "string"}}, "required": ["city"]}}}'), oracle);
     assert.ok(oracle.includes('<tool_response>\n{"celsius": 21}\n</tool_response>'));
     assert.ok(oracle.includes('"name": "get_time"'));
 
@@ -148,12 +153,17 @@ const checks = {
     const r = await client.chat.completions.create({ messages, tools, max_tokens: 4, temperature: 0 });
     assert.equal(r.usage.prompt_tokens, tok.json.tokens.length);
 
-    // tool_choice "none": the template sees no tools; a named choice: only that one.
+    // tool_choice "none": the template sees no tools. "required" and a named function would need
+    // the model to be forced into a call, which the server cannot do: a 400 says so.
     const none = await post('/apply-template', { messages: messages.slice(0, 2), tools, tool_choice: 'none' });
     assert.ok(!none.json.prompt.includes('get_weather'));
-    const named = await post('/apply-template', { messages: messages.slice(0, 2), tools,
-      tool_choice: { type: 'function', function: { name: 'get_time' } } });
-    assert.ok(named.json.prompt.includes('get_time') && !named.json.prompt.includes('get_weather'));
+    const forced = [['required', "tool_choice 'required' is not supported yet"],
+      [{ type: 'function', function: { name: 'get_time' } }, 'named tool_choice is not supported yet']];
+    for (const [tool_choice, message] of forced) {
+      const e = await expectApiError(client.chat.completions.create({ messages, tools, tool_choice, max_tokens: 2 }), 400);
+      assert.equal(e.param, 'tool_choice');
+      assert.ok(e.message.includes(message), e.message);
+    }
   },
 
   // The client consumes what the server's completion pipeline wrote for a generated tool call
