@@ -67,11 +67,6 @@ const std::string& need_string(const Value& v, const char* filter) {
   return v.as_string();
 }
 
-const Array& need_list(const Value& v, const char* filter) {
-  if (!v.is_array()) value_error("filter '{}' needs a list, got {}", filter, v.type_name());
-  return v.as_array();
-}
-
 std::vector<Value> items_of(const Value& v, const char* filter) { return iterate(v, filter); }
 
 // parseInt / parseFloat as @huggingface/jinja converts strings: the longest numeric prefix.
