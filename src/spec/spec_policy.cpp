@@ -8,11 +8,13 @@ namespace {
 constexpr double kEma = 0.25;         // weight of the newest step cost
 constexpr int kMinSpecSamples = 4;    // speculative steps measured before it may turn off
 constexpr int kPlainWarmupSteps = 2;  // plain steps measured first, as the baseline
+constexpr int kMaxBackoff = 16;
 }  // namespace
 
 void SpecPolicy::reset() {
   plain_cost_ = spec_cost_ = 0;
   plain_samples_ = spec_samples_ = off_tokens_left_ = 0;
+  backoff_ = 1;
 }
 
 int SpecPolicy::drafts(int block_size) const {
@@ -33,8 +35,13 @@ void SpecPolicy::record(double seconds, int committed, int drafted) {
     return;
   }
   spec_cost_ = spec_samples_++ == 0 ? per_token : (1 - kEma) * spec_cost_ + kEma * per_token;
-  if (opt_.adaptive && spec_samples_ >= kMinSpecSamples && spec_cost_ > plain_cost_)
-    off_tokens_left_ = opt_.reprobe_tokens;
+  if (!opt_.adaptive || spec_samples_ < kMinSpecSamples) return;
+  if (spec_cost_ > plain_cost_) {
+    off_tokens_left_ = opt_.reprobe_tokens * backoff_;
+    backoff_ = std::min(backoff_ * 2, kMaxBackoff);
+  } else if (spec_samples_ == kMinSpecSamples) {
+    backoff_ = 1;  // this probe paid
+  }
 }
 
 }  // namespace df

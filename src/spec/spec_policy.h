@@ -1,6 +1,7 @@
 // When to speculate: speculation turns itself off while its measured cost per committed token
 // exceeds the measured cost of a plain decode step, and re-probes after `reprobe_tokens` plain
-// tokens. Costs come from the step timings the decoder records, not from constants.
+// tokens; each probe that fails again doubles that wait (up to 16x), a probe that pays resets it.
+// Costs come from the step timings the decoder records, not from constants.
 #pragma once
 
 namespace df {
@@ -24,6 +25,7 @@ class SpecPolicy {
   SpecOptions opt_;
   double plain_cost_ = 0, spec_cost_ = 0;  // moving averages of seconds per committed token
   int plain_samples_ = 0, spec_samples_ = 0, off_tokens_left_ = 0;
+  int backoff_ = 1;  // multiplier of reprobe_tokens after consecutive failed probes
 };
 
 }  // namespace df
