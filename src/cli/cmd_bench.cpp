@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "backend/profiling_backend.h"
+#include "cli/bench_draft.h"
 #include "cli/bench_profile.h"
 #include "cli/commands.h"
 #include "cli/loaded_model.h"
@@ -34,6 +35,7 @@ struct BenchArgs {
   bool json = false;
   std::string json_out;  // also write the JSON object here
   bool profile = false;
+  std::string draft;  // --draft: also time drafter and verify steps of speculative decoding
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -164,6 +166,17 @@ void bench(const BenchArgs& a) {
     profiles.push_back(std::move(v16));
   }
 
+  nlohmann::json draft_rows;
+  if (!a.draft.empty()) {
+    DraftBenchInput in;
+    in.draft_path = a.draft;
+    in.prompt = pp_prompt;
+    in.reps = a.reps;
+    in.plain_step_ms = median(tg) > 0 ? 1e3 / median(tg) : 0;
+    for (const auto& p : curve) in.verify_ms[p.rows] = p.ms;
+    draft_rows = bench_draft(m, in);
+  }
+
   const int threads = a.load.threads > 0 ? a.load.threads : int(std::thread::hardware_concurrency());
   const double t1 = curve.empty() ? 0 : curve.front().ms;
   if (a.json || !a.json_out.empty()) {
@@ -184,6 +197,7 @@ void bench(const BenchArgs& a) {
                         {"decode_weight_gb_s", weight_gb_s},
                         {"decode_pct_of_copy_bw", copy_gb_s > 0 ? 100 * weight_gb_s / copy_gb_s : 0},
                         {"verify", verify}};
+    if (!draft_rows.is_null()) j["draft"] = draft_rows;
     if (!profiles.empty()) {
       nlohmann::json pj = nlohmann::json::array();
       for (const auto& p : profiles) pj.push_back(profile_json(p));
@@ -210,6 +224,15 @@ void bench(const BenchArgs& a) {
               a.reps);
   for (const auto& p : curve)
     std::printf("| %d | %.3f | %.3f | %.2f |\n", p.rows, p.ms, p.ms / p.rows, t1 > 0 ? p.ms / t1 : 0.0);
+  if (!draft_rows.is_null()) {
+    std::printf("\n| block | draft ms | verify ms | plain step ms | (draft + verify) / plain | speedup at tau 3 / 5 / 7 "
+                "(projection) |\n|---|---|---|---|---|---|\n");
+    for (const auto& r : draft_rows)
+      std::printf("| %d | %.3f | %.3f | %.3f | %.2f | %.2fx / %.2fx / %.2fx |\n", r["block"].get<int>(),
+                  r["draft_ms"].get<double>(), r["verify_ms"].get<double>(), r["plain_step_ms"].get<double>(),
+                  r["cost_vs_plain"].get<double>(), r["projected_speedup_at_tau"]["3"].get<double>(),
+                  r["projected_speedup_at_tau"]["5"].get<double>(), r["projected_speedup_at_tau"]["7"].get<double>());
+  }
   for (const auto& p : profiles) print_profile(p);
 }
 
@@ -226,6 +249,9 @@ void register_bench(CLI::App& app) {
   c->add_option("-b,--batch", a->batch, "Prefill chunk size")->capture_default_str();
   c->add_flag("--json", a->json, "Print one JSON object");
   c->add_option("--json-out", a->json_out, "Also write the JSON object to this file");
+  c->add_option("--draft", a->draft,
+                 "DFlash drafter: also time a draft step and a verify step at blocks 8 and 16 against a plain step")
+      ->check(CLI::ExistingFile);
   c->add_flag("--profile", a->profile,
               "Also time every op of a decode step and of a 16-row forward (per-op table: share, us per call, "
               "weight GB/s of matmuls)");

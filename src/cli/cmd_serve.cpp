@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/draft_options.h"
 #include "cli/loaded_model.h"
 #include "server/http_server.h"
 #include "util/error.h"
@@ -31,6 +32,7 @@ struct ServeArgs {
   server::ServerOptions server;
   int ctx = 0;
   int batch = 512;
+  DraftArgs draft;
 };
 
 std::string read_text_file(const std::string& path) {
@@ -60,6 +62,7 @@ void serve(const ServeArgs& a) {
   signal(SIGPIPE, SIG_IGN);
 
   LoadedModel m;  // outlives the server (declared first, destroyed last)
+  LoadedDraft draft;
   server::HttpServer http(a.server);
   const int port = http.bind();
   std::fprintf(stderr, "deltaflash serve: listening on http://%s:%d\n", a.server.host.c_str(), port);
@@ -89,6 +92,11 @@ void serve(const ServeArgs& a) {
       sm.chat_template = a.chat_template_file.empty() ? m.tokenizer->vocab().chat_template : template_override;
       const int trained = m.model->hparams().n_ctx_train;
       sm.ctx = a.ctx > 0 ? a.ctx : std::min(trained > 0 ? trained : kDefaultCtxCap, kDefaultCtxCap);
+      if (!a.draft.path.empty()) {
+        draft = load_draft(a.draft, *m.model, sm.ctx);
+        sm.drafts = draft.source.get();
+        sm.spec = a.draft.spec_options();
+      }
       http.attach(sm);
       std::fprintf(stderr, "deltaflash serve: model %s loaded (%s, context %d tokens)\n", sm.name.c_str(),
                    m.backend->name(), sm.ctx);
@@ -133,6 +141,7 @@ void register_serve(CLI::App& app) {
   c->add_option("--http-threads", a->server.http_threads, "Connections served at once")->capture_default_str();
   c->add_option("-b,--batch", a->batch, "Prefill chunk size in tokens")->capture_default_str();
   add_backend_flags(c, a->load);
+  add_draft_flags(c, a->draft);
   c->callback([a] { serve(*a); });
 }
 

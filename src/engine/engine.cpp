@@ -3,7 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
+#include <random>
+#include <span>
 
+#include "spec/draft_source.h"
+#include "spec/verify.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -30,17 +35,26 @@ struct Engine::Active {
   StreamDecoder decoder;
   size_t prefilled = 0;  // prompt tokens fed so far
   std::deque<int32_t> forced;
+  // Speculation: a token the last verify chose (a residual draw when sampling) that the next
+  // step commits before anything else; the draft proposal sampler and the acceptance draws.
+  std::optional<int32_t> next;
+  Sampler draft_sampler;
+  std::mt19937_64 rng;
   GenerationResult result;
   double started = 0, first_token = 0, last_token = 0;
   Active(std::shared_ptr<Ticket> t, int n_sampleable, const Tokenizer& tok)
-      : ticket(std::move(t)), sampler(ticket->req.sampling, n_sampleable), decoder(tok) {}
+      : ticket(std::move(t)),
+        sampler(ticket->req.sampling, n_sampleable),
+        decoder(tok),
+        draft_sampler(spec::draft_sampling(ticket->req.sampling), n_sampleable),
+        rng(ticket->req.sampling.seed ^ 0x5bd1e995u) {}
 };
 
-Engine::Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& opt)
-    : model_(model), tok_(tok), opt_(opt) {
+Engine::Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& opt, DraftSource* drafts)
+    : model_(model), tok_(tok), opt_(opt), drafts_(drafts), policy_(opt.spec) {
   if (opt_.ctx < 2) fail("context of {} tokens is too small", opt_.ctx);
   opt_.prefill_chunk = std::clamp(opt_.prefill_chunk, 1, model_.options().max_batch_rows);
-  state_ = model_.make_state(1, opt_.ctx);
+  state_ = model_.make_state(1, opt_.ctx, drafts_ ? drafts_->block_size() : 0);
   seq_ = state_->create();
   worker_ = std::thread([this] { worker_loop(); });
 }
@@ -142,6 +156,10 @@ void Engine::start(const std::shared_ptr<Ticket>& t) {
   a.forced.assign(t->req.forced_prefix.begin(), t->req.forced_prefix.end());
   for (int32_t tok : t->req.prompt) a.sampler.accept(tok);
   state_->reset(seq_);
+  if (drafts_) {
+    drafts_->reset();
+    policy_.reset();
+  }
 }
 
 bool Engine::step() {
@@ -173,34 +191,101 @@ void Engine::prefill_step() {
     batch_.add(seq_, start + int(i), prompt[k], k + 1 == prompt.size());
   }
   model_.forward(batch_, *state_, out_);
+  if (drafts_) drafts_->on_target_rows(int(n));
   a.prefilled += n;
   if (a.prefilled == prompt.size()) logits_.assign(out_.logits.begin(), out_.logits.end());
 }
 
-// One decode step: pick the tokens to commit (one sampled or forced token today; a verified
-// speculative block later), report each, then feed the last one to get the next logits.
+// One decode step: commit the next token (forced, chosen by the last verify, or sampled), then
+// either feed it alone for the next logits, or draft after it and verify the block in one
+// forward, committing every accepted draft (speculate).
 bool Engine::decode_step() {
   Active& a = *active_;
-  // The tokens this step commits, in order. Today one: forced or sampled. A speculative step
-  // will put the accepted draft tokens (+ the bonus token) here after verifying them.
-  struct Commit {
-    int32_t token;
-    bool forced;
-  };
-  std::vector<Commit> commits;
+  int32_t token;
+  bool forced = false;
   if (!a.forced.empty()) {
-    commits.push_back({a.forced.front(), true});
+    token = a.forced.front();
     a.forced.pop_front();
+    forced = true;
+  } else if (a.next) {
+    token = *a.next;
+    a.next.reset();
   } else {
-    commits.push_back({a.sampler.sample(logits_), false});
+    token = a.sampler.sample(logits_);
   }
-  for (const Commit& c : commits)
-    if (!commit(c.token, c.forced)) return false;
-  // Feed the last committed token; its logits choose the next step's tokens.
+  if (!commit(token, forced)) return false;
+  const double t0 = now_seconds();
+  int n = 0;
+  if (drafts_ && active_->forced.empty()) {  // forced tokens come next: no drafting past them
+    const int left = a.ticket->req.max_tokens - a.result.generated_tokens;
+    n = std::min({policy_.drafts(drafts_->block_size()), left - 1, opt_.ctx - state_->get(seq_).n_past - 2});
+  }
+  if (n > 0) return speculate(token, n);
   batch_.clear();
-  batch_.add(seq_, state_->get(seq_).n_past, commits.back().token, true);
+  batch_.add(seq_, state_->get(seq_).n_past, token, true);
   model_.forward(batch_, *state_, out_);
   logits_.assign(out_.logits.begin(), out_.logits.end());
+  if (drafts_) {
+    drafts_->on_target_rows(1);
+    policy_.record(now_seconds() - t0, 1, 0);
+  }
+  return true;
+}
+
+// Verifies [anchor, d1..dn] in one forward and walks the rows in order: row i's logits decide
+// the token after row i (greedy: the sampler's choice must equal the draft; sampling: the
+// lossless rejection rule). Kept rows are committed (rollback by checkpoint copy); logits_ ends
+// as the logits after the last kept row, so the next step samples (or takes a.next) from them.
+bool Engine::speculate(int32_t anchor, int n) {
+  Active& a = *active_;
+  const double t0 = now_seconds();
+  const size_t V = size_t(model_.hparams().n_vocab);
+  const int n_sampleable = std::min(model_.hparams().n_vocab, tok_.n_vocab());
+  const bool greedy = a.ticket->req.sampling.temperature <= 0;
+  drafts_->propose(anchor, n, draft_logits_);
+  std::vector<int32_t> drafts;
+  std::vector<std::vector<float>> qs;
+  for (int i = 0; i < n; ++i) {
+    std::span<const float> row(draft_logits_.data() + size_t(i) * V, V);
+    if (greedy) {
+      drafts.push_back(int32_t(std::max_element(row.begin(), row.begin() + n_sampleable) - row.begin()));
+    } else {
+      qs.push_back(a.draft_sampler.distribution(row));
+      drafts.push_back(spec::draw(qs.back(), a.rng));
+    }
+  }
+  batch_.clear();
+  const int p0 = state_->get(seq_).n_past;
+  batch_.add_speculative(seq_, p0, anchor);
+  for (int i = 0; i < n; ++i) batch_.add_speculative(seq_, p0 + 1 + i, drafts[size_t(i)]);
+  model_.forward(batch_, *state_, out_);
+  a.result.draft_steps++;
+  a.result.drafted_tokens += n;
+  int kept = 1;
+  for (int i = 0; i <= n; ++i) {
+    logits_.assign(out_.logits.begin() + long(size_t(i) * V), out_.logits.begin() + long(size_t(i + 1) * V));
+    if (i == n) break;  // every draft accepted: the next step samples the bonus from these logits
+    const int32_t d = drafts[size_t(i)];
+    if (greedy) {
+      if (a.sampler.sample(logits_) != d) break;  // the next step picks the same token again
+    } else {
+      const spec::RejectionStep r = spec::rejection_step(a.sampler.distribution(logits_), qs[size_t(i)], d, a.rng);
+      if (!r.accepted) {
+        a.next = r.token;
+        break;
+      }
+    }
+    ++kept;
+    a.result.accepted_tokens++;
+    if (!commit(d, false)) return false;  // finished: the sequence state no longer matters
+    if (!active_->forced.empty()) {  // the request forces tokens next (reasoning budget)
+      logits_.assign(out_.logits.begin() + long(size_t(i + 1) * V), out_.logits.begin() + long(size_t(i + 2) * V));
+      break;
+    }
+  }
+  model_.commit(*state_, seq_, kept);
+  drafts_->on_target_rows(kept);
+  policy_.record(now_seconds() - t0, kept, n);
   return true;
 }
 

@@ -18,15 +18,18 @@
 #include "engine/logprobs.h"
 #include "engine/sampler.h"
 #include "model/target_model.h"
+#include "spec/spec_policy.h"
 
 namespace df {
 
 class Tokenizer;
+class DraftSource;
 
 struct EngineOptions {
   int ctx = 8192;          // tokens per sequence (prompt + generated)
   int max_queue = 64;      // requests allowed to wait; submit() refuses beyond that
   int prefill_chunk = 512; // prompt rows per prefill step (<= the model's max_batch_rows)
+  SpecOptions spec;        // speculation policy, when the engine has a draft source
 };
 
 // One committed token as the request sees it.
@@ -56,6 +59,10 @@ struct GenerationResult {
   double queue_seconds = 0;   // submit -> start of prefill
   double ttft_seconds = 0;    // submit -> first committed token
   double decode_seconds = 0;  // first committed token -> last
+  // Speculative decoding (zero without a draft source).
+  int draft_steps = 0;
+  int drafted_tokens = 0;
+  int accepted_tokens = 0;
 };
 
 struct GenerationRequest {
@@ -73,7 +80,8 @@ class Engine {
  public:
   class Ticket;  // a submitted request; cancel() through it
 
-  Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& opt);
+  // drafts (nullable, outlives the engine): speculative decoding with this source.
+  Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& opt, DraftSource* drafts = nullptr);
   ~Engine();  // cancels everything and joins the worker
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -99,6 +107,7 @@ class Engine {
   bool step();  // advances the active request; false when it finished
   void prefill_step();
   bool decode_step();
+  bool speculate(int32_t anchor, int n);  // verify n drafts after anchor; false: request finished
   bool commit(int32_t token, bool forced);  // false: the request is finished
   void finish(FinishReason why, std::string error = {});
   static void notify_done(const GenerationRequest& req, const GenerationResult& r);
@@ -106,11 +115,14 @@ class Engine {
   TargetModel& model_;
   const Tokenizer& tok_;
   EngineOptions opt_;
+  DraftSource* drafts_ = nullptr;
+  SpecPolicy policy_;
   std::unique_ptr<SequenceStore> state_;
   int seq_ = -1;
   Batch batch_;
   ForwardOutput out_;
   std::vector<float> logits_;  // logits for the next token of the active request
+  std::vector<float> draft_logits_;
   std::unique_ptr<Active> active_;
 
   mutable std::mutex mu_;

@@ -137,7 +137,12 @@ void CompletionJob::on_done(const GenerationResult& r) {
     output_.finish(pieces);
     emit_pieces(pieces);
     const std::string reason = finish_reason(r);
-    const json usage = usage_json(s_.prompt_tokens, r.generated_tokens, reasoning_tokens_, s_.kind == ApiKind::Chat);
+    json usage = usage_json(s_.prompt_tokens, r.generated_tokens, reasoning_tokens_, s_.kind == ApiKind::Chat);
+    if (r.draft_steps > 0)  // deltaflash extension: how speculative decoding went for this request
+      usage["speculation"] = {{"draft_steps", r.draft_steps},
+                              {"drafted_tokens", r.drafted_tokens},
+                              {"accepted_tokens", r.accepted_tokens},
+                              {"mean_accept_len", double(r.accepted_tokens + r.draft_steps) / r.draft_steps}};
     if (s_.stream) {
       if (s_.kind == ApiKind::Chat) emit(json{{"index", 0}, {"delta", json::object()}, {"finish_reason", reason}});
       else emit(json{{"index", 0}, {"text", ""}, {"finish_reason", reason}});

@@ -8,7 +8,10 @@
 #include <memory>
 #include <string>
 
+#include "spec/spec_policy.h"
+
 namespace df {
+class DraftSource;
 class TargetModel;
 class Tokenizer;
 }  // namespace df
@@ -34,6 +37,8 @@ struct ServedModel {
   std::string name;           // reported by /v1/models
   std::string chat_template;  // Jinja source; empty: ChatML
   int ctx = 8192;             // tokens per request (prompt + completion)
+  DraftSource* drafts = nullptr;  // speculative decoding (--draft); not owned
+  SpecOptions spec;
 };
 
 class HttpServer {

@@ -18,53 +18,19 @@ double now_seconds() {
 
 int32_t argmax(const float* x, size_t n) { return int32_t(std::max_element(x, x + n) - x); }
 
-// The draft's proposal distribution: the request's filters and temperature, but no penalties
-// (they depend on the history the block is still building; any fixed q keeps sampling exact).
-SamplingParams draft_params(const SamplingParams& p) {
-  SamplingParams q = p;
-  q.repeat_penalty = 1.0f;
-  q.presence_penalty = 0.0f;
-  q.frequency_penalty = 0.0f;
-  return q;
-}
-
-constexpr double kEma = 0.25;        // weight of the newest step cost
-constexpr int kMinSpecSamples = 4;   // spec steps measured before the policy may turn it off
-constexpr int kPlainWarmupSteps = 2; // plain steps measured first, for the comparison
-
 }  // namespace
 
 SpecDecoder::SpecDecoder(TargetModel& model, DraftSource& drafts, const Tokenizer* tok, int ctx, SpecOptions opt)
-    : model_(model), drafts_(drafts), tok_(tok), opt_(opt), state_(model.make_state(1, ctx, drafts.block_size())) {
+    : model_(model), drafts_(drafts), tok_(tok), policy_(opt), state_(model.make_state(1, ctx, drafts.block_size())) {
   seq_ = state_->create();
 }
 
-int SpecDecoder::drafts_this_step(int budget) {
-  int n = drafts_.block_size() - 1;
-  if (opt_.max_drafts > 0) n = std::min(n, opt_.max_drafts);
-  if (opt_.adaptive) {
-    if (plain_samples_ < kPlainWarmupSteps) return 0;
-    if (off_tokens_left_ > 0) return 0;
-  }
+int SpecDecoder::drafts_this_step(int budget) const {
   // Never verify past what may still be emitted (the bonus comes on top) or past the context.
+  int n = policy_.drafts(drafts_.block_size());
   n = std::min(n, budget - 1);
   n = std::min(n, state_->max_tokens_per_seq() - state_->get(seq_).n_past - 1);
   return std::max(n, 0);
-}
-
-void SpecDecoder::update_policy(double seconds, int committed, int drafted) {
-  const double per_token = seconds / std::max(committed, 1);
-  if (drafted == 0) {
-    plain_cost_ = plain_samples_++ == 0 ? per_token : (1 - kEma) * plain_cost_ + kEma * per_token;
-    if (off_tokens_left_ > 0 && (off_tokens_left_ -= committed) <= 0) {
-      off_tokens_left_ = 0;
-      spec_samples_ = 0;  // re-probe with a fresh estimate
-    }
-    return;
-  }
-  spec_cost_ = spec_samples_++ == 0 ? per_token : (1 - kEma) * spec_cost_ + kEma * per_token;
-  if (opt_.adaptive && spec_samples_ >= kMinSpecSamples && spec_cost_ > plain_cost_)
-    off_tokens_left_ = opt_.reprobe_tokens;
 }
 
 GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
@@ -74,12 +40,11 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
   st.prompt_tokens = int(prompt.size());
   state_->reset(seq_);
   drafts_.reset();
-  plain_cost_ = spec_cost_ = 0;
-  spec_samples_ = plain_samples_ = off_tokens_left_ = 0;
+  policy_.reset();
   const size_t V = size_t(model_.hparams().n_vocab);
   const int n_sampleable = tok_ ? std::min(int(V), tok_->n_vocab()) : int(V);
   Sampler sampler(opt.sampling, n_sampleable);
-  Sampler draft_sampler(draft_params(opt.sampling), n_sampleable);
+  Sampler draft_sampler(spec::draft_sampling(opt.sampling), n_sampleable);
   std::mt19937_64 rng(opt.sampling.seed ^ 0x5bd1e995u);
   const bool greedy = opt.sampling.temperature <= 0;
   for (int32_t t : prompt) sampler.accept(t);
@@ -189,7 +154,7 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
     } else {
       st.plain_steps++;
     }
-    update_policy(now_seconds() - s0, kept, n);
+    policy_.record(now_seconds() - s0, kept, n);
     if (done) break;
     anchor = next;
     emit(anchor);

@@ -43,4 +43,12 @@ RejectionStep rejection_step(std::span<const float> p, std::span<const float> q,
   return {false, mass > 0 ? draw(residual, rng) : draw(p, rng)};
 }
 
+SamplingParams draft_sampling(const SamplingParams& p) {
+  SamplingParams q = p;
+  q.repeat_penalty = 1.0f;
+  q.presence_penalty = 0.0f;
+  q.frequency_penalty = 0.0f;
+  return q;
+}
+
 }  // namespace df::spec

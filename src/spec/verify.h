@@ -9,6 +9,8 @@
 #include <random>
 #include <span>
 
+#include "engine/sampler.h"
+
 namespace df::spec {
 
 // Number of leading drafts equal to the target's argmax at the row before them:
@@ -26,5 +28,9 @@ struct RejectionStep {
 // One position of lossless speculative sampling: p the target's distribution, q the draft's
 // (both normalised over the same ids), x the draft token drawn from q.
 RejectionStep rejection_step(std::span<const float> p, std::span<const float> q, int32_t x, std::mt19937_64& rng);
+
+// The draft's proposal distribution q: the request's filters and temperature without penalties
+// (they depend on the history the block is still building; any fixed q keeps sampling exact).
+SamplingParams draft_sampling(const SamplingParams& request);
 
 }  // namespace df::spec

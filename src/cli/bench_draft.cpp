@@ -1,0 +1,59 @@
+#include "cli/bench_draft.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "gguf/gguf.h"
+#include "model/draft_model.h"
+#include "util/error.h"
+
+namespace df::cli {
+
+namespace {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+}  // namespace
+
+nlohmann::json bench_draft(LoadedModel& m, const DraftBenchInput& in) {
+  auto file = gguf::File::open(in.draft_path);
+  const int trained = DraftHParams::from_gguf(*file).block_size;
+  Backend& be = m.model->backend();
+  nlohmann::json rows = nlohmann::json::array();
+  for (int block : {8, 16}) {
+    if (block > trained) continue;
+    const auto v = in.verify_ms.find(block);
+    if (v == in.verify_ms.end()) continue;
+    DraftModel draft(*file, *m.model, block);
+    auto tstate = m.model->make_state(1, int(in.prompt.size()) + block + 8);
+    auto dstate = draft.make_state(1, int(in.prompt.size()) + block + 8);
+    const int ts = tstate->create(), ds = dstate->create();
+    // Context: the prompt through the target, its features into the drafter.
+    const int chunk = m.model->options().max_batch_rows;
+    ForwardOutput out;
+    for (size_t i0 = 0; i0 < in.prompt.size(); i0 += size_t(chunk)) {
+      Batch b;
+      const size_t n = std::min(in.prompt.size() - i0, size_t(chunk));
+      for (size_t i = 0; i < n; ++i) b.add(ts, int(i0 + i), in.prompt[i0 + i], i + 1 == n);
+      m.model->forward(b, *tstate, out);
+      draft.ingest(*dstate, ds, m.model->features(), int(n));
+    }
+    std::vector<float> logits;
+    std::vector<double> ms;
+    for (int r = -1; r < in.reps; ++r) {  // r = -1: warm-up
+      be.synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      draft.draft(*dstate, ds, in.prompt.back(), logits);  // includes the LM head and the download
+      if (r >= 0) ms.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3);
+    }
+    const double d = median(ms), ver = v->second, cost = (d + ver) / in.plain_step_ms;
+    nlohmann::json proj = nlohmann::json::object();
+    for (double tau : in.taus) proj[std::to_string(int(tau))] = tau / cost;  // tau tokens per draft+verify
+    rows.push_back({{"block", block}, {"draft_ms", d}, {"verify_ms", ver}, {"plain_step_ms", in.plain_step_ms},
+                    {"cost_vs_plain", cost}, {"projected_speedup_at_tau", proj}});
+  }
+  return rows;
+}
+
+}  // namespace df::cli

@@ -1,0 +1,28 @@
+// bench --draft: the cost side of speculative decoding on this device — one drafter forward
+// and one verify forward of a block, against a plain decode step — and the speedup those costs
+// imply at a given acceptance (tau: tokens committed per step), labelled as a projection.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/loaded_model.h"
+
+namespace df::cli {
+
+struct DraftBenchInput {
+  std::string draft_path;
+  std::vector<int32_t> prompt;        // context the drafter drafts after
+  int reps = 5;
+  double plain_step_ms = 0;           // one decode step of the target
+  std::map<int, double> verify_ms;    // rows -> one forward of that many rows
+  std::vector<double> taus = {3, 5, 7};
+};
+
+// Measures blocks 8 and 16 (those the drafter allows): one JSON object per block with draft_ms,
+// verify_ms, plain_step_ms, cost_vs_plain and projected_speedup_at_tau {"3": .., "5": .., "7": ..}.
+nlohmann::json bench_draft(LoadedModel& m, const DraftBenchInput& in);
+
+}  // namespace df::cli
