@@ -2,13 +2,15 @@
 # Speculative decoding on the demo pair: plain vs --draft decode tok/s and tau (mean committed
 # tokens per draft step) on held-out code prompts (bench/prompts/code.txt, raw completion) and
 # chat prompts (bench/prompts/chat.txt, --chat), greedy and temperature 0.7, in one run.
-# Usage: bench/spec_demo.sh [TARGET.gguf DRAFT.gguf] [extra run flags, e.g. --device cuda]
+# Usage: bench/spec_demo.sh [TARGET.gguf DRAFT.gguf] [--max-prompts N] [extra run flags, e.g. --device cuda]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=build/deltaflash
 TARGET=${1:-models/demo/demo-target.gguf}
 DRAFT=${2:-models/demo/demo-drafter.gguf}
 shift $(( $# >= 2 ? 2 : $# ))
+MAX_PROMPTS=1000
+if [ "${1:-}" = "--max-prompts" ]; then MAX_PROMPTS=$2; shift 2; fi
 N=128
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -24,7 +26,7 @@ for set in code chat; do
         echo "$set $temp $mode $stats" >>"$out"
       done
     done
-  done <"bench/prompts/$set.txt"
+  done < <(head -n "$MAX_PROMPTS" "bench/prompts/$set.txt")
 done
 python3 - "$out" <<'PY'
 import json, statistics, sys

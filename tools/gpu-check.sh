@@ -16,6 +16,11 @@
 #                                     tok/s and weight GB/s, prefill 512, the 1..32-row forward
 #                                     curve, per-op tables (bench_<type>.txt/.json in LOG_DIR)
 #                                     (--shape tiny|0.8b|27b, default 27b)
+#                                     --spec: speculative decoding on the GPU: a 27B-shaped
+#                                     mix-q4_k_m target with a 27B-shaped drafter (5 layers,
+#                                     hidden 5120, block 16): `bench --draft` (draft and verify
+#                                     step times, projected speedups), and bench/spec_demo.sh on
+#                                     the demo pair (spec_27b.txt, spec_demo.txt in LOG_DIR)
 #                                     --budget S: seconds the whole script may take (default
 #                                     470); the tests get what the bench leaves, so the bench
 #                                     numbers come even when a test runs long
@@ -46,6 +51,7 @@ fi
 MEMCHECK=0
 CPU_TESTS=1
 BENCH=0
+SPEC=0
 MODELS=mix-q4_k_m,q8_0
 SHAPE=27b
 BUDGET=470
@@ -55,6 +61,7 @@ while [ $# -gt 0 ]; do
     --memcheck) MEMCHECK=1 ;;
     --no-cpu-tests) CPU_TESTS=0 ;;
     --bench) BENCH=1 ;;
+    --spec) SPEC=1 ;;
     --models) MODELS=$2; shift ;;
     --shape) SHAPE=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
@@ -220,6 +227,26 @@ if [ "$BENCH" = 1 ]; then
   done
 fi
 
+# --- speculative decoding: 27B-shaped pair and the demo pair ---
+spec_rc=skipped
+if [ "$SPEC" = 1 ]; then
+  spec_rc=0
+  mkdir -p "$MODEL_DIR"
+  {
+    "$BUILD/deltaflash" make-model --arch qwen35 --shape 27b --type mix-q4_k_m --seed 1 -q -o "$MODEL_DIR/t27.gguf" &&
+      "$BUILD/deltaflash" make-model --arch qwen35-dflash-draft --target "$MODEL_DIR/t27.gguf" --type q8_0 --seed 2 -q \
+        -o "$MODEL_DIR/d27.gguf" &&
+      timeout $(( $(left) - 100 )) "$BUILD/deltaflash" bench -m "$MODEL_DIR/t27.gguf" --draft "$MODEL_DIR/d27.gguf" \
+        -p 64 -n 32 -r 3 --device cuda --json-out "$LOG/spec_27b.json"
+  } >"$LOG/spec_27b.txt" 2>&1 || spec_rc=$?
+  rm -f "$MODEL_DIR/t27.gguf" "$MODEL_DIR/d27.gguf"
+  echo "gpu-check: 27B speculation bench rc=$spec_rc ($(elapsed))"
+  mkdir -p build && ln -sfn "../$BUILD/deltaflash" build/deltaflash
+  timeout $(( $(left) - 15 )) bench/spec_demo.sh models/demo/qwen35-demo-target-q8_0.gguf \
+    models/demo/qwen35-demo-drafter-q8_0.gguf --max-prompts 5 --device cuda >"$LOG/spec_demo.txt" 2>&1 || spec_rc=$?
+  echo "gpu-check: demo-pair speculation rc=$spec_rc ($(elapsed))"
+fi
+
 all_rc=0
 cpu_rc=0
 if [ "$CPU_TESTS" = 1 ]; then
@@ -278,12 +305,17 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
     printf '%-22s %s\n' "CPU unit tests" "skipped (--no-cpu-tests)"
   fi
   printf '%-22s %s\n' "bench" "$bench_rc"
+  printf '%-22s %s\n' "speculation" "$spec_rc"
+  if [ "$SPEC" = 1 ]; then
+    echo; echo "=== speculation: 27B-shaped pair ==="; grep -A4 "^| block" "$LOG/spec_27b.txt" || tail -5 "$LOG/spec_27b.txt"
+    echo; echo "=== speculation: demo pair ==="; tail -6 "$LOG/spec_demo.txt"
+  fi
   printf '%-22s %s\n' "wall time" "$(elapsed)"
 } | tee "$LOG/summary.txt"
 # The GPU machine returns at most 8 files: keep the main ones, pack the rest.
 (
   cd "$LOG"
-  ls | grep -v -E '^(summary\.txt|test_cuda_ops\.log|bench_.*\.(txt|json))$' >/tmp/gpu-check-pack.txt || true
+  ls | grep -v -E '^(summary\.txt|test_cuda_ops\.log|bench_.*\.(txt|json)|spec_.*\.(txt|json))$' >/tmp/gpu-check-pack.txt || true
   if [ -s /tmp/gpu-check-pack.txt ]; then tar czf other_logs.tgz -T /tmp/gpu-check-pack.txt && xargs rm -f </tmp/gpu-check-pack.txt; fi
 )
 [ "$cuda_rc" -eq 0 ] && [ "$cpu_rc" -eq 0 ] && [ "$all_rc" -eq 0 ] && { [ "$mem_rc" = 0 ] || [ "$mem_rc" = skipped ]; } &&
