@@ -3,25 +3,15 @@
 #include <cmath>
 
 #include "gguf/gguf.h"
+#include "model/backend_buffers.h"
 #include "model/target_model.h"
 #include "model/weight_binder.h"
 #include "util/error.h"
 
 namespace df {
 
-struct DraftModel::Scratch {
-  Backend& be;
-  std::vector<void*> bufs;
-  explicit Scratch(Backend& b) : be(b) {}
-  ~Scratch() {
-    for (void* p : bufs) be.release(p);
-  }
-  template <typename T>
-  T* make(size_t n) {
-    void* p = be.alloc(std::max<size_t>(n, 1) * sizeof(T));
-    bufs.push_back(p);
-    return static_cast<T*>(p);
-  }
+struct DraftModel::Scratch : BackendBuffers {
+  using BackendBuffers::BackendBuffers;
   float *x, *u, *tmp, *q, *k, *v, *attn, *gate, *up, *fused, *lhid, *logits;
   int32_t *tokens, *pos, *bound;
   std::vector<int32_t> h_tokens, h_pos, h_bound;

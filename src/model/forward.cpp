@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "gguf/gguf.h"
+#include "model/backend_buffers.h"
 #include "model/target_model.h"
 #include "util/error.h"
 
@@ -18,19 +19,8 @@ namespace {
 constexpr int kChunkedMinRows = 32;
 }  // namespace
 
-struct TargetModel::Scratch {
-  Backend& be;
-  std::vector<void*> bufs;
-  explicit Scratch(Backend& b) : be(b) {}
-  ~Scratch() {
-    for (void* p : bufs) be.release(p);
-  }
-  template <typename T>
-  T* make(size_t n) {
-    void* p = be.alloc(std::max<size_t>(n, 1) * sizeof(T));
-    bufs.push_back(p);
-    return static_cast<T*>(p);
-  }
+struct TargetModel::Scratch : BackendBuffers {
+  using BackendBuffers::BackendBuffers;
   float *x, *u, *tmp, *qg, *k, *v, *attn, *qkv, *conv, *z, *alpha, *beta, *gdn, *gate, *up, *lhid, *logits;
   float* features = nullptr;  // [max_batch_rows][n_feature_layers * n_embd] when capturing
   int32_t *tokens, *pos;
@@ -279,8 +269,7 @@ void TargetModel::set_feature_layers(const std::vector<int>& layer_ids) {
   feature_layers_ = layer_ids;
   Scratch& s = *s_;
   if (s.features) {
-    be_.release(s.features);
-    s.bufs.erase(std::find(s.bufs.begin(), s.bufs.end(), static_cast<void*>(s.features)));
+    s.release(s.features);
     s.features = nullptr;
   }
   if (!layer_ids.empty()) s.features = s.make<float>(size_t(opt_.max_batch_rows) * size_t(feature_width()));
