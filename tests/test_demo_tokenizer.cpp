@@ -74,7 +74,10 @@ std::vector<std::string> demo_models() {
   std::vector<std::string> names;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(kModels, ec)) {
-    if (e.path().extension() == ".gguf") names.push_back(e.path().filename().string());
+    if (e.path().extension() != ".gguf") continue;
+    // Drafters carry no tokenizer: they use their target's.
+    if (gguf::File::open(e.path().string())->get_string("general.architecture") == "qwen35-dflash-draft") continue;
+    names.push_back(e.path().filename().string());
   }
   std::sort(names.begin(), names.end());
   return names;

@@ -176,9 +176,15 @@ TEST_F(ServerApi, SseFramingOnRawSocket) {
   EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
   const json usage = json::parse(events[events.size() - 2]);
   EXPECT_TRUE(usage["choices"].empty());
-  EXPECT_EQ(usage["usage"]["completion_tokens"], 6);
+  // 6 tokens unless the model ends its answer first (greedy output differs between devices).
   const json fin = json::parse(events[events.size() - 3]);
-  EXPECT_EQ(fin["choices"][0]["finish_reason"], "length");
+  const int completion = usage["usage"]["completion_tokens"].get<int>();
+  if (fin["choices"][0]["finish_reason"] == "stop") {
+    EXPECT_LE(completion, 6);
+  } else {
+    EXPECT_EQ(fin["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(completion, 6);
+  }
   EXPECT_TRUE(fin["choices"][0]["delta"].empty());
   for (size_t i = 1; i + 3 < events.size(); ++i) {
     const json c = json::parse(events[i]);
