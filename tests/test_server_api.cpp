@@ -313,6 +313,36 @@ TEST(ServerDemoModel, LiveToolCalls) {
   EXPECT_NE(out.find("ok live_tools"), std::string::npos) << out;
 }
 
+// Speculative decoding through the server (the demo target with its DFlash drafter): the same
+// greedy text as a server without --draft, usage.speculation on the response, and /metrics
+// counting the same draft steps, drafts and acceptances.
+TEST(ServerDemoModel, SpeculationMatchesPlainAndIsReported) {
+  const std::string dir = std::string(DELTAFLASH_SOURCE_DIR) + "/models/demo/";
+  TempDir tmp;
+  ServerProcess plain({"-m", dir + "qwen35-demo-target-q8_0.gguf", "--threads", "1", "--ctx", "512"},
+                      tmp.file("plain.log"));
+  ServerProcess spec({"-m", dir + "qwen35-demo-target-q8_0.gguf", "--threads", "1", "--ctx", "512", "--draft",
+                      dir + "qwen35-demo-drafter-q8_0.gguf", "--draft-adaptive", "false"},
+                     tmp.file("spec.log"));
+  const json body = {{"prompt", "def read_json_file(path):\n    \"\"\""}, {"max_tokens", 48}, {"temperature", 0}};
+  auto ask = [&](const ServerProcess& s) {
+    httplib::Client c = s.client();
+    auto r = c.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : std::string("no response"));
+    return r ? json::parse(r->body) : json();
+  };
+  const json a = ask(plain), b = ask(spec);
+  EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
+  EXPECT_FALSE(a["usage"].contains("speculation"));
+  ASSERT_TRUE(b["usage"].contains("speculation")) << b.dump();
+  const json& sp = b["usage"]["speculation"];
+  EXPECT_GT(sp["draft_steps"].get<long>(), 0);
+  EXPECT_LE(sp["accepted_tokens"].get<long>(), sp["drafted_tokens"].get<long>());
+  EXPECT_EQ(metric(spec, "deltaflash_spec_draft_steps_total"), sp["draft_steps"].get<long>());
+  EXPECT_EQ(metric(spec, "deltaflash_spec_drafted_tokens_total"), sp["drafted_tokens"].get<long>());
+  EXPECT_EQ(metric(spec, "deltaflash_spec_accepted_tokens_total"), sp["accepted_tokens"].get<long>());
+}
+
 // The model's own template opens <think> in the generation prompt: generated text starts as
 // reasoning; a budget forces "\n</think>\n\n" after that many thinking tokens.
 class ServerReasoning : public ::testing::Test {

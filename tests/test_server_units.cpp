@@ -495,6 +495,16 @@ TEST(ToolCalls, ArgumentsKeepTheModelsOrder) {
 }
 
 // Each interval is one observation.
+TEST(Metrics, SpeculationCountersAddUp) {
+  Metrics m;
+  m.count_speculation(3, 45, 7);
+  m.count_speculation(2, 30, 4);
+  const std::string text = m.render(0, false);
+  for (const char* line : {"deltaflash_spec_draft_steps_total 5\n", "deltaflash_spec_drafted_tokens_total 75\n",
+                           "deltaflash_spec_accepted_tokens_total 11\n"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+}
+
 TEST(Metrics, TokenIntervalsAreObservedOneByOne) {
   Metrics m;
   m.observe_token_intervals({0.0005, 0.02, 0.02, 3.0});

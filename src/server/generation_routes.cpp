@@ -96,6 +96,7 @@ void run_job(ServerCore& c, const httplib::Request& req, httplib::Response& res,
   g.on_done = [job, intervals, &c, method = req.method, path = req.path](const GenerationResult& r) {
     // Token metrics first: once the client has its answer, /metrics already counts it.
     c.metrics.count_tokens(r.prompt_tokens, r.generated_tokens);
+    c.metrics.count_speculation(r.draft_steps, r.drafted_tokens, r.accepted_tokens);
     if (r.generated_tokens > 0) c.metrics.observe_ttft(r.ttft_seconds);
     c.metrics.observe_token_intervals(intervals->seconds);
     job->on_done(r);

@@ -51,6 +51,13 @@ void Metrics::observe_token_intervals(const std::vector<double>& seconds) {
   for (double s : seconds) per_token_.observe(s);
 }
 
+void Metrics::count_speculation(int draft_steps, int drafted, int accepted) {
+  std::lock_guard<std::mutex> lk(mu_);
+  draft_steps_ += uint64_t(draft_steps);
+  drafted_tokens_ += uint64_t(drafted);
+  accepted_tokens_ += uint64_t(accepted);
+}
+
 std::string Metrics::render(int queue_depth, bool running) const {
   std::lock_guard<std::mutex> lk(mu_);
   std::string out;
@@ -63,6 +70,13 @@ std::string Metrics::render(int queue_depth, bool running) const {
   out += fmt::format("# HELP deltaflash_generated_tokens_total Tokens generated\n"
                      "# TYPE deltaflash_generated_tokens_total counter\ndeltaflash_generated_tokens_total {}\n",
                      generated_tokens_);
+  out += fmt::format("# HELP deltaflash_spec_draft_steps_total Speculative verify steps (DFlash)\n"
+                     "# TYPE deltaflash_spec_draft_steps_total counter\ndeltaflash_spec_draft_steps_total {}\n"
+                     "# HELP deltaflash_spec_drafted_tokens_total Draft tokens verified\n"
+                     "# TYPE deltaflash_spec_drafted_tokens_total counter\ndeltaflash_spec_drafted_tokens_total {}\n"
+                     "# HELP deltaflash_spec_accepted_tokens_total Draft tokens accepted\n"
+                     "# TYPE deltaflash_spec_accepted_tokens_total counter\ndeltaflash_spec_accepted_tokens_total {}\n",
+                     draft_steps_, drafted_tokens_, accepted_tokens_);
   ttft_.write(out, "deltaflash_time_to_first_token_seconds", "Time from request arrival to its first token");
   per_token_.write(out, "deltaflash_time_per_output_token_seconds", "Time between consecutive generated tokens of a request");
   out += fmt::format("# HELP deltaflash_queue_depth Requests waiting for the engine\n"

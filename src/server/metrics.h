@@ -31,12 +31,15 @@ class Metrics {
   // The intervals between one request's consecutive committed tokens (one per token after the
   // first), each observed once.
   void observe_token_intervals(const std::vector<double>& seconds);
+  // Speculative decoding of one request: verify steps, drafts verified, drafts accepted.
+  void count_speculation(int draft_steps, int drafted, int accepted);
   std::string render(int queue_depth, bool running) const;
 
  private:
   mutable std::mutex mu_;
   std::map<int, uint64_t> requests_;
   uint64_t prompt_tokens_ = 0, generated_tokens_ = 0;
+  uint64_t draft_steps_ = 0, drafted_tokens_ = 0, accepted_tokens_ = 0;
   Histogram ttft_, per_token_;
 };
 
