@@ -232,6 +232,53 @@ TEST(SpecDecode, AdaptivePolicyKeepsOutputExact) {
   EXPECT_GT(ss.plain_steps, 0) << "the policy never measured plain steps";
 }
 
+TEST(SpecDecode, DraftWindowSeesTheLastRowsAndKeepsOutputExact) {
+  // A drafter with a window of 8 over 40 context rows (its ring has wrapped several times) must
+  // draft what a whole-context drafter drafts from just those 8 rows: attention depends on
+  // relative positions only, so shifting every position by 32 changes logits only by rounding.
+  Pair p;
+  ModelOptions exact_kv;
+  exact_kv.kv_type = GgmlType::F32;  // f16 K/V would round keys rotated at different positions differently
+  TargetModel tm(*p.target_file, *p.be, exact_kv);
+  std::vector<int32_t> ctx;
+  for (int i = 0; i < 40; ++i) ctx.push_back(int32_t((i * 29 + 7) % 240 + 5));
+  DraftModel windowed(*p.draft_file, tm, 8, 8);
+  DraftModel whole(*p.draft_file, tm, 8, 0);
+  auto st = tm.make_state(1, 64);
+  const int s = st->create();
+  Batch b;
+  for (int i = 0; i < 40; ++i) b.add(s, i, ctx[size_t(i)], i == 39);
+  ForwardOutput out;
+  tm.forward(b, *st, out);
+  auto ws = windowed.make_state(1, 64), fs = whole.make_state(1, 64);
+  const int wseq = ws->create(), fseq = fs->create();
+  windowed.ingest(*ws, wseq, tm.features(), 20);  // in two calls: the ring wraps in between
+  windowed.ingest(*ws, wseq, tm.features() + size_t(20) * tm.feature_width(), 20);
+  whole.ingest(*fs, fseq, tm.features() + size_t(32) * tm.feature_width(), 8);
+  std::vector<float> a, c;
+  windowed.draft(*ws, wseq, 17, a);
+  whole.draft(*fs, fseq, 17, c);
+  ASSERT_EQ(a.size(), c.size());
+  double max_abs = 0, max_err = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_abs = std::max(max_abs, double(std::abs(c[i])));
+    max_err = std::max(max_err, double(std::abs(a[i] - c[i])));
+  }
+  double max_a = 0;
+  for (float x : a) max_a = std::max(max_a, double(std::abs(x)));
+  EXPECT_LE(max_err, 1e-3 * max_abs) << "windowed drafter does not see exactly the last 8 rows; max|a| " << max_a;
+
+  // And speculation with a tiny window is still exact.
+  DraftModel small_window(*p.draft_file, *p.target, 8, 8);
+  DFlashSource src(small_window, *p.target, 256);
+  SpecDecoder dec(*p.target, src, p.tok.get(), 256, SpecOptions{false, 64, 0});
+  for (int i = 0; i < 6; ++i) {
+    const auto prompt = prompt_of(i + 400);
+    const GenerateOptions o = greedy(40);
+    EXPECT_EQ(speculative(dec, prompt, o), plain(p, prompt, o));
+  }
+}
+
 // ---- Sampling ----
 
 double chi_square(const std::map<std::vector<int32_t>, int>& counts, const std::map<std::vector<int32_t>, double>& probs,

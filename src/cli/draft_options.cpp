@@ -13,6 +13,9 @@ void add_draft_flags(CLI::App* cmd, DraftArgs& a) {
   cmd->add_option("--draft-adaptive", a.adaptive,
                   "Turn speculation off while it measures slower than plain decoding (true|false)")
       ->capture_default_str();
+  cmd->add_option("--draft-window", a.window,
+                  "Context tokens the drafter attends to, the most recent (0 = the whole context)")
+      ->capture_default_str();
   cmd->add_option("--draft-reprobe", a.reprobe, "Plain tokens before speculation is tried again after turning off")
       ->capture_default_str();
 }
@@ -20,7 +23,7 @@ void add_draft_flags(CLI::App* cmd, DraftArgs& a) {
 LoadedDraft load_draft(const DraftArgs& a, TargetModel& target, int ctx) {
   LoadedDraft d;
   d.file = gguf::File::open(a.path);
-  d.model = std::make_unique<DraftModel>(*d.file, target, a.block);
+  d.model = std::make_unique<DraftModel>(*d.file, target, a.block, a.window);
   d.source = std::make_unique<DFlashSource>(*d.model, target, ctx);
   return d;
 }

@@ -19,6 +19,7 @@ struct DraftArgs {
   int block = 0;        // --draft-block: 0 = the drafter's trained block size
   bool adaptive = true; // --draft-adaptive
   int reprobe = 64;     // --draft-reprobe
+  int window = 4096;    // --draft-window: context rows the drafter attends to (0 = all)
   SpecOptions spec_options() const { return SpecOptions{adaptive, reprobe, 0}; }
 };
 

@@ -13,12 +13,13 @@ namespace df {
 struct DraftModel::Scratch : BackendBuffers {
   using BackendBuffers::BackendBuffers;
   float *x, *u, *tmp, *q, *k, *v, *attn, *gate, *up, *fused, *lhid, *logits;
-  int32_t *tokens, *pos, *bound;
-  std::vector<int32_t> h_tokens, h_pos, h_bound;
+  int32_t *tokens, *pos, *slots, *bound;  // rotary positions, storage slots, visible-slot bound
+  std::vector<int32_t> h_tokens, h_pos, h_slots, h_bound;
 };
 
-DraftModel::DraftModel(const gguf::File& file, TargetModel& target, int block_size)
-    : hp_(DraftHParams::from_gguf(file)), target_(target), be_(target.backend()) {
+DraftModel::DraftModel(const gguf::File& file, TargetModel& target, int block_size, int window)
+    : hp_(DraftHParams::from_gguf(file)), target_(target), be_(target.backend()), window_(window) {
+  if (window < 0) fail("draft window {} is negative", window);
   const HParams& t = target.hparams();
   for (int& id : hp_.target_layer_ids)  // files without explicit ids use the published spread
     if (id == -1) {
@@ -52,6 +53,7 @@ DraftModel::DraftModel(const gguf::File& file, TargetModel& target, int block_si
   s.logits = s.make<float>(B * size_t(t.n_vocab));
   s.tokens = s.make<int32_t>(B);
   s.pos = s.make<int32_t>(R);
+  s.slots = s.make<int32_t>(R);
   s.bound = s.make<int32_t>(B);
 }
 
@@ -87,14 +89,16 @@ void DraftModel::bind(const gguf::File& f) {
 
 std::unique_ptr<SequenceStore> DraftModel::make_state(int n_seqs, int ctx) const {
   constexpr int kBlockTokens = 16;
-  // Room for the block written after the context, never committed.
-  const int blocks_per_seq = (ctx + block_ + kBlockTokens - 1) / kBlockTokens;
+  // Room for the block written after the context, never committed; a window bounds the slots.
+  const int slots = window_ ? std::min(ctx, window_) + block_ : ctx + block_;
+  const int blocks_per_seq = (slots + kBlockTokens - 1) / kBlockTokens;
   auto kv = std::make_unique<KvPool>(be_, hp_.n_layer, blocks_per_seq * n_seqs, kBlockTokens, hp_.n_head_kv,
                                      hp_.head_dim, target_.options().kv_type);
-  return std::make_unique<SequenceStore>(std::move(kv), nullptr, ctx + block_);
+  return std::make_unique<SequenceStore>(std::move(kv), nullptr, slots);
 }
 
-// K (normed, rotated) and V of `rows` fused context rows (s.fused), stored at positions s.pos.
+// K (normed, rotated at positions s.pos) and V of `rows` fused context rows (s.fused), stored
+// at slots s.slots.
 void DraftModel::store_context_kv(const DraftLayerWeights& L, int rows, const SeqKv& seq, const KvLayerView& kv) {
   Scratch& s = *s_;
   const int D = hp_.head_dim, Hkv = hp_.n_head_kv;
@@ -102,20 +106,31 @@ void DraftModel::store_context_kv(const DraftLayerWeights& L, int rows, const Se
   be_.matmul(L.wv, s.fused, rows, s.v);
   be_.rms_norm(s.k, size_t(D), L.k_norm, rows * Hkv, D, hp_.rms_eps, s.k, size_t(D));
   be_.rope_neox(s.k, size_t(Hkv) * D, size_t(D), rows, Hkv, s.pos, D, hp_.rope_theta);
-  be_.kv_store(kv, seq, s.k, s.v, s.pos, rows);
+  be_.kv_store(kv, seq, s.k, s.v, s.slots, rows);
 }
 
 void DraftModel::ingest(SequenceStore& st, int seq, const float* features, int rows) {
   Scratch& s = *s_;
   const size_t E = size_t(hp_.n_embd), W = E * size_t(hp_.n_target_layers());
+  if (window_ && rows > window_ + block_) {  // older rows would only be overwritten in the ring
+    const int skip = rows - (window_ + block_);
+    st.get(seq).n_past += skip;
+    features += size_t(skip) * W;
+    rows -= skip;
+  }
   for (int r0 = 0; r0 < rows; r0 += max_ingest_rows_) {
     const int n = std::min(max_ingest_rows_, rows - r0);
     Sequence& q = st.get(seq);
     const int p0 = q.n_past;
-    st.reserve(seq, p0 + n);
+    st.reserve(seq, std::min(p0 + n, st.max_tokens_per_seq()));
     s.h_pos.resize(size_t(n));
-    for (int i = 0; i < n; ++i) s.h_pos[size_t(i)] = p0 + i;
+    s.h_slots.resize(size_t(n));
+    for (int i = 0; i < n; ++i) {
+      s.h_pos[size_t(i)] = p0 + i;
+      s.h_slots[size_t(i)] = slot(p0 + i);
+    }
     be_.upload(s.pos, s.h_pos.data(), size_t(n) * sizeof(int32_t));
+    be_.upload(s.slots, s.h_slots.data(), size_t(n) * sizeof(int32_t));
     be_.matmul(fc_, features + size_t(r0) * W, n, s.fused);
     be_.rms_norm(s.fused, E, hidden_norm_, n, int(E), hp_.rms_eps, s.fused, E);
     const SeqKv sk{q.block_table.data(), int(q.block_table.size())};
@@ -136,7 +151,7 @@ void DraftModel::layer(const DraftLayerWeights& L, int B, const SeqKv& seq, cons
   be_.rms_norm(s.k, size_t(D), L.k_norm, B * Hkv, D, hp_.rms_eps, s.k, size_t(D));
   be_.rope_neox(s.q, HD, size_t(D), B, H, s.pos, D, hp_.rope_theta);
   be_.rope_neox(s.k, KVD, size_t(D), B, Hkv, s.pos, D, hp_.rope_theta);
-  be_.kv_store(kv, seq, s.k, s.v, s.pos, B);
+  be_.kv_store(kv, seq, s.k, s.v, s.slots, B);
   // Every block row's visible range ends at the block's last position: bidirectional block.
   be_.attention(s.q, HD, size_t(D), B, s.bound, H, kv, seq, 1.0f / std::sqrt(float(D)), s.attn);
   be_.matmul(L.wo, s.attn, B, s.tmp);
@@ -156,14 +171,20 @@ void DraftModel::draft(SequenceStore& st, int seq, int32_t anchor, std::vector<f
   if (anchor < 0 || size_t(anchor) >= V) fail("draft anchor token {} is outside the vocabulary", anchor);
   Sequence& q = st.get(seq);
   const int p0 = q.n_past;
-  st.reserve(seq, p0 + B);
+  st.reserve(seq, std::min(p0 + B, st.max_tokens_per_seq()));
   s.h_tokens.assign(size_t(B), hp_.mask_token_id);
   s.h_tokens[0] = anchor;
   s.h_pos.resize(size_t(B));
-  s.h_bound.assign(size_t(B), p0 + B - 1);
-  for (int i = 0; i < B; ++i) s.h_pos[size_t(i)] = p0 + i;
+  s.h_slots.resize(size_t(B));
+  // Every block row sees every filled slot: the context (or its last W rows) and the block.
+  s.h_bound.assign(size_t(B), (window_ ? std::min(p0 + B, window_ + B) : p0 + B) - 1);
+  for (int i = 0; i < B; ++i) {
+    s.h_pos[size_t(i)] = p0 + i;
+    s.h_slots[size_t(i)] = slot(p0 + i);
+  }
   be_.upload(s.tokens, s.h_tokens.data(), size_t(B) * sizeof(int32_t));
   be_.upload(s.pos, s.h_pos.data(), size_t(B) * sizeof(int32_t));
+  be_.upload(s.slots, s.h_slots.data(), size_t(B) * sizeof(int32_t));
   be_.upload(s.bound, s.h_bound.data(), size_t(B) * sizeof(int32_t));
   be_.embed(target_.token_embedding(), s.tokens, B, s.x);
   const SeqKv sk{q.block_table.data(), int(q.block_table.size())};

@@ -8,9 +8,12 @@
 //   positions; no mask (block rows see every context row and each other); o_proj, residual,
 //   SwiGLU MLP, residual. Output: RMSNorm ⊙ output_norm, then the target's LM head.
 //
-// Context K/V live in the drafter's own paged KV cache at the target's positions: ingest()
-// appends committed rows, draft() writes the block's K/V after them without committing it, so
-// the next ingest simply overwrites those positions.
+// Context K/V live in the drafter's own paged KV cache: ingest() appends committed rows, draft()
+// writes the block's K/V after them without committing it, so the next ingest overwrites them.
+// With a context window W the cache is a ring of W + B slots (slot = position mod (W + B)): the
+// block then sees the last W context rows. Keys are rotated at their absolute positions before
+// they are stored and attention does not depend on the order of keys, so the ring needs no
+// reordering; window 0 keeps the whole context.
 #pragma once
 #include <memory>
 #include <vector>
@@ -39,11 +42,12 @@ class DraftModel {
   // Binds the drafter's weights on the target's backend; validates the drafter against the
   // target (hidden size, vocabulary, layer ids, mask token). block_size 0 = the file's value;
   // otherwise 2..the file's value. Sets the target's feature layers.
-  DraftModel(const gguf::File& file, TargetModel& target, int block_size = 0);
+  DraftModel(const gguf::File& file, TargetModel& target, int block_size = 0, int window = 0);
   ~DraftModel();
 
   const DraftHParams& hparams() const { return hp_; }
   int block_size() const { return block_; }
+  int window() const { return window_; }
   int32_t mask_token() const { return hp_.mask_token_id; }
 
   // Context storage for n_seqs sequences of up to ctx tokens.
@@ -67,6 +71,9 @@ class DraftModel {
   TargetModel& target_;
   Backend& be_;
   int block_ = 16;
+  int window_ = 0;  // context rows the block sees; 0 = all
+  // Storage slot of a position: itself, or its place in the ring when windowed.
+  int slot(int pos) const { return window_ ? pos % (window_ + block_) : pos; }
   int max_ingest_rows_ = 0;
   Weight fc_;
   const float* hidden_norm_ = nullptr;
