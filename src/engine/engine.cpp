@@ -243,49 +243,36 @@ bool Engine::speculate(int32_t anchor, int n) {
   const int n_sampleable = std::min(model_.hparams().n_vocab, tok_.n_vocab());
   const bool greedy = a.ticket->req.sampling.temperature <= 0;
   drafts_->propose(anchor, n, draft_logits_);
-  std::vector<int32_t> drafts;
-  std::vector<std::vector<float>> qs;
-  for (int i = 0; i < n; ++i) {
-    std::span<const float> row(draft_logits_.data() + size_t(i) * V, V);
-    if (greedy) {
-      drafts.push_back(int32_t(std::max_element(row.begin(), row.begin() + n_sampleable) - row.begin()));
-    } else {
-      qs.push_back(a.draft_sampler.distribution(row));
-      drafts.push_back(spec::draw(qs.back(), a.rng));
-    }
-  }
+  drafts_buf_.resize(size_t(n));
+  spec::choose_drafts(draft_logits_, V, n_sampleable, greedy, a.draft_sampler, a.rng, drafts_buf_, qs_);
   batch_.clear();
   const int p0 = state_->get(seq_).n_past;
   batch_.add_speculative(seq_, p0, anchor);
-  for (int i = 0; i < n; ++i) batch_.add_speculative(seq_, p0 + 1 + i, drafts[size_t(i)]);
+  for (int i = 0; i < n; ++i) batch_.add_speculative(seq_, p0 + 1 + i, drafts_buf_[size_t(i)]);
   model_.forward(batch_, *state_, out_);
   a.result.draft_steps++;
   a.result.drafted_tokens += n;
-  int kept = 1;
-  for (int i = 0; i <= n; ++i) {
-    logits_.assign(out_.logits.begin() + long(size_t(i) * V), out_.logits.begin() + long(size_t(i + 1) * V));
-    if (i == n) break;  // every draft accepted: the next step samples the bonus from these logits
-    const int32_t d = drafts[size_t(i)];
-    if (greedy) {
-      if (a.sampler.sample(logits_) != d) break;  // the next step picks the same token again
-    } else {
-      const spec::RejectionStep r = spec::rejection_step(a.sampler.distribution(logits_), qs[size_t(i)], d, a.rng);
-      if (!r.accepted) {
-        a.next = r.token;
-        break;
-      }
-    }
-    ++kept;
-    a.result.accepted_tokens++;
-    if (!commit(d, false)) return false;  // finished: the sequence state no longer matters
-    if (!active_->forced.empty()) {  // the request forces tokens next (reasoning budget)
-      logits_.assign(out_.logits.begin() + long(size_t(i + 1) * V), out_.logits.begin() + long(size_t(i + 2) * V));
-      break;
-    }
-  }
-  model_.commit(*state_, seq_, kept);
-  drafts_->on_target_rows(kept);
-  policy_.record(now_seconds() - t0, kept, n);
+  bool finished = false;
+  int row = 0;  // the row whose logits predicted the draft being committed (for its logprobs)
+  const spec::BlockWalk w =
+      spec::walk_block(out_.logits, V, drafts_buf_, qs_, greedy, a.sampler, a.rng, [&](int32_t d) {
+        logits_.assign(out_.logits.begin() + long(size_t(row) * V), out_.logits.begin() + long(size_t(row + 1) * V));
+        ++row;
+        a.result.accepted_tokens++;
+        if (!commit(d, false)) {  // finished: active_ is gone, the sequence state no longer matters
+          finished = true;
+          return false;
+        }
+        return active_->forced.empty();  // forced tokens (reasoning budget) come next
+      });
+  if (finished) return false;
+  // The next step commits w.next, or samples from these logits (bonus, or after a stop).
+  logits_.assign(out_.logits.begin() + long(size_t(w.next_row) * V),
+                 out_.logits.begin() + long(size_t(w.next_row + 1) * V));
+  a.next = w.next;
+  model_.commit(*state_, seq_, w.kept);
+  drafts_->on_target_rows(w.kept);
+  policy_.record(now_seconds() - t0, w.kept, n);
   return true;
 }
 

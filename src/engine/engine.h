@@ -122,7 +122,9 @@ class Engine {
   Batch batch_;
   ForwardOutput out_;
   std::vector<float> logits_;  // logits for the next token of the active request
-  std::vector<float> draft_logits_;
+  std::vector<float> draft_logits_;               // speculation scratch, reused every step
+  std::vector<int32_t> drafts_buf_;
+  std::vector<std::vector<float>> qs_;
   std::unique_ptr<Active> active_;
 
   mutable std::mutex mu_;

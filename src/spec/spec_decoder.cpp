@@ -16,8 +16,6 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-int32_t argmax(const float* x, size_t n) { return int32_t(std::max_element(x, x + n) - x); }
-
 }  // namespace
 
 SpecDecoder::SpecDecoder(TargetModel& model, DraftSource& drafts, const Tokenizer* tok, int ctx, SpecOptions opt)
@@ -86,8 +84,9 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
   int32_t anchor = sampler.sample(last);
   if (opt.max_new_tokens <= 0) return st;
   emit(anchor);
-  std::vector<float> draft_logits, q;
+  std::vector<float> draft_logits;
   std::vector<int32_t> drafts;
+  std::vector<std::vector<float>> qs;
   while (!done) {
     if (state_->get(seq_).n_past + 1 > state_->max_tokens_per_seq()) {
       st.finish_reason = "length";
@@ -95,19 +94,10 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
     }
     const double s0 = now_seconds();
     const int n = drafts_this_step(opt.max_new_tokens - st.generated_tokens);
-    drafts.clear();
-    std::vector<std::vector<float>> qs;
+    drafts.resize(size_t(n));
     if (n > 0) {
       drafts_.propose(anchor, n, draft_logits);
-      for (int i = 0; i < n; ++i) {
-        std::span<const float> row(draft_logits.data() + size_t(i) * V, V);
-        if (greedy) {
-          drafts.push_back(argmax(row.data(), size_t(n_sampleable)));
-        } else {
-          qs.push_back(draft_sampler.distribution(row));
-          drafts.push_back(spec::draw(qs.back(), rng));
-        }
-      }
+      spec::choose_drafts(draft_logits, V, n_sampleable, greedy, draft_sampler, rng, drafts, qs);
     }
     batch_.clear();
     const int p0 = state_->get(seq_).n_past;
@@ -118,34 +108,11 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
       for (int i = 0; i < n; ++i) batch_.add_speculative(seq_, p0 + 1 + i, drafts[size_t(i)]);
     }
     model_.forward(batch_, *state_, out_);
-
-    // Walk the block: row i's logits decide the token after row i.
-    int kept = 1;  // the anchor
-    int32_t next = -1;
-    for (int i = 0; i <= n && !done; ++i) {
-      std::span<const float> row(out_.logits.data() + size_t(i) * V, V);
-      if (i == n) {  // every draft accepted: the bonus token
-        next = sampler.sample(row);
-        break;
-      }
-      const int32_t d = drafts[size_t(i)];
-      if (greedy) {
-        const int32_t t = sampler.sample(row);
-        if (t != d) {
-          next = t;
-          break;
-        }
-      } else {
-        const spec::RejectionStep r = spec::rejection_step(sampler.distribution(row), qs[size_t(i)], d, rng);
-        if (!r.accepted) {
-          next = r.token;
-          break;
-        }
-      }
-      ++kept;
+    const spec::BlockWalk w = spec::walk_block(out_.logits, V, drafts, qs, greedy, sampler, rng, [&](int32_t d) {
       st.accepted_tokens++;
-      emit(d);
-    }
+      return emit(d);
+    });
+    const int kept = w.kept;
     if (n > 0) model_.commit(*state_, seq_, kept);
     drafts_.on_target_rows(kept);
     if (n > 0) {
@@ -156,7 +123,7 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
     }
     policy_.record(now_seconds() - s0, kept, n);
     if (done) break;
-    anchor = next;
+    anchor = w.next ? *w.next : sampler.sample(std::span<const float>(out_.logits).subspan(size_t(w.next_row) * V, V));
     emit(anchor);
   }
   st.decode_seconds = now_seconds() - t_first;

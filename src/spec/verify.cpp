@@ -1,5 +1,6 @@
 #include "spec/verify.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "util/error.h"
@@ -41,6 +42,50 @@ RejectionStep rejection_step(std::span<const float> p, std::span<const float> q,
   double mass = 0;
   for (size_t i = 0; i < p.size(); ++i) mass += residual[i] = std::max(0.0f, p[i] - q[i]);
   return {false, mass > 0 ? draw(residual, rng) : draw(p, rng)};
+}
+
+void choose_drafts(std::span<const float> draft_logits, size_t n_vocab, int n_sampleable, bool greedy,
+                   Sampler& draft_sampler, std::mt19937_64& rng, std::vector<int32_t>& drafts,
+                   std::vector<std::vector<float>>& qs) {
+  qs.clear();
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    std::span<const float> row = draft_logits.subspan(i * n_vocab, n_vocab);
+    if (greedy) {
+      drafts[i] = int32_t(std::max_element(row.begin(), row.begin() + n_sampleable) - row.begin());
+    } else {
+      qs.push_back(draft_sampler.distribution(row));
+      drafts[i] = draw(qs.back(), rng);
+    }
+  }
+}
+
+BlockWalk walk_block(std::span<const float> logits, size_t n_vocab, std::span<const int32_t> drafts,
+                     const std::vector<std::vector<float>>& qs, bool greedy, Sampler& sampler,
+                     std::mt19937_64& rng, const std::function<bool(int32_t)>& on_accept) {
+  BlockWalk w;
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    w.next_row = int(i);
+    std::span<const float> row = logits.subspan(i * n_vocab, n_vocab);
+    const int32_t d = drafts[i];
+    if (greedy) {
+      const int32_t t = sampler.sample(row);
+      if (t != d) {
+        w.next = t;
+        return w;
+      }
+    } else {
+      const RejectionStep r = rejection_step(sampler.distribution(row), qs[i], d, rng);
+      if (!r.accepted) {
+        w.next = r.token;
+        return w;
+      }
+    }
+    ++w.kept;
+    w.next_row = int(i) + 1;
+    if (!on_accept(d)) return w;
+  }
+  w.next_row = int(drafts.size());  // every draft accepted: the bonus comes from the last row
+  return w;
 }
 
 SamplingParams draft_sampling(const SamplingParams& p) {

@@ -6,8 +6,11 @@
 //           zero) and the block ends. Emitted tokens are then distributed exactly as p.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <random>
 #include <span>
+#include <vector>
 
 #include "engine/sampler.h"
 
@@ -32,5 +35,27 @@ RejectionStep rejection_step(std::span<const float> p, std::span<const float> q,
 // The draft's proposal distribution q: the request's filters and temperature without penalties
 // (they depend on the history the block is still building; any fixed q keeps sampling exact).
 SamplingParams draft_sampling(const SamplingParams& request);
+
+// The draft tokens of one step from the drafter's logits (drafts.size() rows of n_vocab):
+// greedy, the argmax over the sampleable ids; else a draw from q = draft_sampler's distribution,
+// kept in qs for the rejection rule.
+void choose_drafts(std::span<const float> draft_logits, size_t n_vocab, int n_sampleable, bool greedy,
+                   Sampler& draft_sampler, std::mt19937_64& rng, std::vector<int32_t>& drafts,
+                   std::vector<std::vector<float>>& qs);
+
+struct BlockWalk {
+  int kept = 1;                 // verify rows kept: the anchor plus the accepted drafts
+  int next_row = 0;             // the row whose logits predict the token after the kept rows
+  std::optional<int32_t> next;  // that token when the walk chose it (mismatch or residual draw);
+                                // empty: sample it from next_row's logits (bonus, or a stop)
+};
+
+// Walks a verified block [anchor, d1..dn]: row i's logits (logits + i * n_vocab, n + 1 rows)
+// decide the token after row i — greedy: sampler's choice must equal the draft; sampling: the
+// rejection rule with qs. on_accept(token) commits an accepted draft (updating the sampler's
+// history before the next row is judged); returning false ends the walk after it.
+BlockWalk walk_block(std::span<const float> logits, size_t n_vocab, std::span<const int32_t> drafts,
+                     const std::vector<std::vector<float>>& qs, bool greedy, Sampler& sampler,
+                     std::mt19937_64& rng, const std::function<bool(int32_t)>& on_accept);
 
 }  // namespace df::spec
