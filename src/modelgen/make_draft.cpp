@@ -77,8 +77,7 @@ void make_draft_model(const MakeDraftOptions& opt) {
     add(p + "ffn_up.weight", {E, F}, TensorRole::FfnUp, i, normal(in_std));
     add(p + "ffn_down.weight", {F, E}, TensorRole::FfnDown, i, normal(res_std));
   }
-  HParams hp_for_types = thp;  // assign_types only reads shapes it can derive from the tensors
-  modelgen::assign_types(ts, modelgen::parse_type_spec(opt.type), hp_for_types, [](const std::string&) {});
+  modelgen::assign_types(ts, modelgen::parse_type_spec(opt.type), thp, [](const std::string&) {});
 
   gguf::Writer w;
   h.to_gguf(w);

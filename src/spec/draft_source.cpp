@@ -14,9 +14,8 @@ void DFlashSource::on_target_rows(int kept) { draft_.ingest(*state_, seq_, targe
 
 void DFlashSource::propose(int32_t anchor, int n, std::vector<float>& logits) {
   if (n > draft_.block_size() - 1) fail("asked for {} drafts from a block of {}", n, draft_.block_size());
-  draft_.draft(*state_, seq_, anchor, block_logits_);
-  const size_t V = size_t(target_.hparams().n_vocab);
-  logits.assign(block_logits_.begin(), block_logits_.begin() + long(size_t(n) * V));
+  draft_.draft(*state_, seq_, anchor, logits);  // B - 1 rows; the caller wants the first n
+  logits.resize(size_t(n) * size_t(target_.hparams().n_vocab));
 }
 
 void DFlashSource::reset() { state_->reset(seq_); }

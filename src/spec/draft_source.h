@@ -39,7 +39,6 @@ class DFlashSource final : public DraftSource {
   TargetModel& target_;
   std::unique_ptr<SequenceStore> state_;
   int seq_ = -1;
-  std::vector<float> block_logits_;
 };
 
 }  // namespace df
