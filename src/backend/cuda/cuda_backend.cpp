@@ -38,6 +38,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(table_dev_);
   cudaFree(bounce_);
   cudaFree(many_scratch_);
+  cudaFree(mma_scratch_);
   cudaFree(argmax_dev_);
   cudaStreamDestroy(as_stream(stream_));
 }
@@ -153,31 +154,42 @@ const int32_t* CudaBackend::device_block_table(const SeqKv& seq) {
 
 // --- ops ---
 
+void CudaBackend::ensure_scratch(void*& buf, size_t& cap, size_t bytes, const char* what) {
+  if (cap >= bytes) return;
+  check(cudaStreamSynchronize(as_stream(stream_)), what);  // queued kernels may still read the old one
+  check(cudaFree(buf), "cudaFree");
+  buf = nullptr;
+  cap = 0;
+  const cudaError_t e = cudaMalloc(&buf, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear it
+    buf = nullptr;
+    fail("out of GPU memory allocating {} bytes of {} scratch on CUDA device {} ({})", bytes, what, device_,
+         cudaGetErrorString(e));
+  }
+  cap = bytes;
+}
+
 void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
   if (rows <= 0 || w.n_out <= 0) return;
   enter();
-  if (cuda::mv_supports(w)) {  // the fast kernels (matvec.cu), for every row count
+  if (cuda::mma_supports(w)) {  // tensor cores (mma_matmul.cu), for every row count
+    ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::mma_scratch_bytes(w, rows), "matmul");
+    cuda::mma_matmul(w, x, rows, y, mma_scratch_, as_stream(stream_));
+    check_launch("matmul");
+    return;
+  }
+  if (cuda::mv_supports(w)) {  // the fp32 fast kernels (matvec.cu), for every row count
     cuda::mv_matmul(w, x, rows, y, as_stream(stream_));
     check_launch("matmul");
     return;
   }
   if (rows > cuda::kManyRows && cuda::matmul_many_supports(w)) {  // prefill: dequantize W, then a tiled product
-    const size_t need = cuda::matmul_many_scratch(w, rows);
-    if (many_scratch_cap_ < need) {
-      check(cudaStreamSynchronize(as_stream(stream_)), "matmul (pending work)");
-      check(cudaFree(many_scratch_), "cudaFree");
-      many_scratch_ = nullptr;
-      many_scratch_cap_ = 0;
-      void* p = nullptr;
-      const cudaError_t e = cudaMalloc(&p, need * sizeof(float));
-      if (e != cudaSuccess) {
-        cudaGetLastError();  // clear it
-        fail("out of GPU memory allocating {} bytes of matmul scratch on CUDA device {} ({})", need * sizeof(float),
-             device_, cudaGetErrorString(e));
-      }
-      many_scratch_ = static_cast<float*>(p);
-      many_scratch_cap_ = need;
-    }
+    void* buf = many_scratch_;
+    size_t cap = many_scratch_cap_ * sizeof(float);
+    ensure_scratch(buf, cap, cuda::matmul_many_scratch(w, rows) * sizeof(float), "matmul");
+    many_scratch_ = static_cast<float*>(buf);
+    many_scratch_cap_ = cap / sizeof(float);
     cuda::matmul_many(w, x, rows, y, many_scratch_, as_stream(stream_));
     check_launch("matmul");
     return;

@@ -62,6 +62,8 @@ class CudaBackend final : public Backend {
   void check_launch(const char* op) const;  // throws df::Error on a launch error
   // SeqKv::block_table is host memory (Sequence::block_table); kernels need a device copy.
   const int32_t* device_block_table(const SeqKv& seq);
+  // Grows a grow-only device buffer to `bytes` (waits for queued work that may still use it).
+  void ensure_scratch(void*& buf, size_t& cap, size_t bytes, const char* what);
 
   int device_ = 0;
   CUstream_st* stream_ = nullptr;
@@ -73,6 +75,8 @@ class CudaBackend final : public Backend {
   size_t bounce_cap_ = 0;
   float* many_scratch_ = nullptr;  // f32 W slice + x of the multi-row matmul (grow-only)
   size_t many_scratch_cap_ = 0;    // in floats
+  void* mma_scratch_ = nullptr;  // f16 activations of the tensor-core matmul (grow-only)
+  size_t mma_scratch_cap_ = 0;    // in bytes
   int32_t* argmax_dev_ = nullptr;  // argmax_rows results before the download (grow-only)
   int argmax_cap_ = 0;
 };

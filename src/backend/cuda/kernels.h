@@ -17,6 +17,14 @@ namespace df::cuda {
 bool mv_supports(const Weight& w);
 void mv_matmul(const Weight& w, const float* x, int rows, float* y, cudaStream_t s);
 
+// mma_matmul.cu -- the tensor-core path, any row count: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_XS and
+// F16 weights that mv_units.cuh takes. Activations go through `scratch` as f16
+// (mma_scratch_bytes). Takes precedence over matvec.cu for the weights it supports, for every
+// row count (a row's result must not depend on the batch).
+bool mma_supports(const Weight& w);
+size_t mma_scratch_bytes(const Weight& w, int rows);
+void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scratch, cudaStream_t s);
+
 // matmul.cu -- y = x W^T for every supported weight type; false if the type has no kernel.
 bool matmul(const Weight& w, const float* x, int rows, float* y, cudaStream_t s);
 bool matmul_supports(GgmlType t);

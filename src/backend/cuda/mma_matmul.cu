@@ -1,0 +1,234 @@
+// The tensor-core matmul: y[r][o] = sum_k W[o][k] x[r][k] for the quantized types of
+// mv_units.cuh (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_XS) and F16, every row count.
+//
+// Why. A decode step reads each weight byte once; a verify step of R <= 32 rows must too, and
+// must not cost R times the arithmetic on CUDA cores. Here each weight element is dequantized
+// once (mv_units.cuh, the same decode as the fp32 kernels) and multiplied with up to 32
+// activation rows by mma.sync m16n8k16 (f16 inputs, fp32 accumulation): the per-row cost is a
+// quarter of an instruction per weight element instead of one FFMA.
+//
+// Layout. Warp tile: MT m-tiles of 16 outputs x NT n-tiles of 8 activation rows. Lane (g, c) =
+// (lane / 4, lane % 4) owns weight rows g and g + 8 of each m-tile and, per step, unit 4s + c of
+// those rows (four lanes of a row read neighbouring units). One unit quad q of run k (4
+// consecutive elements e..e+3) fills the lane's A fragment slots {2c, 2c+1, 2c+8, 2c+9}; the
+// B fragment takes the same elements e..e+3 of activation row g: the mma's k dimension is a
+// permutation of the row's elements, the same for A and B, so the dot product is unchanged.
+// Activations are converted to f16 once per call (row-major, rows padded to 8 with zeros) so a
+// lane's four B values are one 8-byte load.
+//
+// K is split over the kSplit warps of a block (warp w takes steps w, w + kSplit, ...); the
+// block sums the warps' partial tiles in warp order through shared memory.
+//
+// Batch invariance. A row's result depends only on its own activations: the mma computes each
+// output column independently, the step order and the split are fixed by the weight's shape,
+// and the final sum runs in warp order. Rows in calls of 1, 8, 17 or 40 give the same bits
+// (tests/test_cuda_ops.cpp RowsAreBatchInvariant), which speculation's exactness relies on.
+//
+// Precision. Weights are dequantized exactly (fp32, as the CPU does) and then rounded to f16
+// (2^-11 relative); activations are rounded to f16 (2^-11 relative; |x| > 65504 overflows);
+// products and sums are fp32. Against the CPU backend, which rounds activations to 8 bits,
+// this is the more accurate side.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/mv_units.cuh"
+
+namespace df::cuda {
+
+namespace {
+
+constexpr int kSplit = 8;     // warps per block, each a share of K
+constexpr int kMaxNt = 4;     // n-tiles per launch group: 32 activation rows
+constexpr int kRowsPerGroup = 8 * kMaxNt;
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// d += a * b for one m16n8k16 tile (f16 inputs, fp32 accumulators).
+__device__ __forceinline__ void mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// x (rows x n, fp32) -> xh (rows_pad x n, f16), rows past `rows` zero. n % 4 == 0.
+__global__ void to_half_rows(const float* __restrict__ x, int rows, int rows_pad, int n, __half* __restrict__ xh) {
+  const int64_t quads = int64_t(rows_pad) * n / 4;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < quads; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = 4 * i;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (e / n < rows) v = *reinterpret_cast<const float4*>(x + e);
+    uint2 h;
+    h.x = pack_half2(v.x, v.y);
+    h.y = pack_half2(v.z, v.w);
+    *reinterpret_cast<uint2*>(xh + e) = h;
+  }
+}
+
+template <GgmlType T, int MT, int NT>
+__global__ void __launch_bounds__(kSplit* kWarp)
+    mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, unsigned n_units, int64_t n_out,
+               const __half* __restrict__ xh, int n_in, int rows_pad, int rows, float* __restrict__ y,
+               int64_t y_stride) {
+  using Un = mv::Unit<T>;
+  constexpr int kRegs = MT * NT * 4;
+  __shared__ float part[kSplit][kRegs][kWarp];
+
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int g = lane / 4, c = lane % 4;
+  const int64_t o0 = int64_t(blockIdx.y) * (16 * MT);
+  const int r0 = int(blockIdx.x) * kRowsPerGroup;
+  const int nt_live = min(NT, (rows_pad - r0) / 8);  // n-tiles with rows (uniform)
+
+  const uint8_t* wr[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)  // tails: computed from the last row, not stored
+      wr[mt][h] = w + size_t(min(o0 + mt * 16 + g + 8 * h, n_out - 1)) * row_bytes;
+  const __half* xr[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) xr[nt] = xh + size_t(r0 + min(nt, nt_live - 1) * 8 + g) * size_t(n_in);
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
+
+  const unsigned n_steps = (n_units + 3) / 4;
+  for (unsigned s = unsigned(warp); s < n_steps; s += kSplit) {
+    const unsigned u_raw = 4 * s + unsigned(c);
+    const bool live = u_raw < n_units;  // the last step may be short: those lanes add zeros
+    const unsigned u = live ? u_raw : n_units - 1;
+    uint32_t raw[MT][2][Un::kWords];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) Un::load(wr[mt][h], u, raw[mt][h]);
+    typename Un::Pre pre[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) Un::prepare(raw[mt][h], u, pre[mt][h]);
+#pragma unroll
+    for (int k = 0; k < Un::kRuns; ++k) {
+      const int64_t e0 = Un::run_start(u, k);
+#pragma unroll
+      for (int q = 0; q < Un::kRun / 4; ++q) {
+        uint32_t b[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const uint2 v = __ldg(reinterpret_cast<const uint2*>(xr[nt] + e0 + 4 * q));
+          b[nt][0] = live ? v.x : 0u;
+          b[nt][1] = live ? v.y : 0u;
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          float v0[4], v1[4];
+          Un::decode(raw[mt][0], pre[mt][0], u, k, q, v0);
+          Un::decode(raw[mt][1], pre[mt][1], u, k, q, v1);
+          uint32_t a[4] = {pack_half2(v0[0], v0[1]), pack_half2(v1[0], v1[1]), pack_half2(v0[2], v0[3]),
+                           pack_half2(v1[2], v1[3])};
+          if (!live) a[0] = a[1] = a[2] = a[3] = 0u;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+            if (nt < nt_live) mma_16816(acc[mt][nt], a, b[nt][0], b[nt][1]);
+        }
+      }
+    }
+  }
+
+  // Sum the warps' tiles in warp order; thread t of the block finishes elements t, t + 256, ...
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) part[warp][(mt * NT + nt) * 4 + j][lane] = acc[mt][nt][j];
+  __syncthreads();
+  for (int i = int(threadIdx.x); i < kRegs * kWarp; i += kSplit * kWarp) {
+    const int reg = i / kWarp, l = i % kWarp;
+    const int mt = reg / (NT * 4), nt = (reg / 4) % NT, j = reg % 4;
+    const int64_t o = o0 + mt * 16 + l / 4 + 8 * (j / 2);
+    const int r = r0 + nt * 8 + 2 * (l % 4) + (j % 2);
+    if (nt >= nt_live || o >= n_out || r >= rows) continue;
+    float sum = part[0][reg][l];
+#pragma unroll
+    for (int w2 = 1; w2 < kSplit; ++w2) sum += part[w2][reg][l];
+    y[int64_t(r) * y_stride + o] = sum;
+  }
+}
+
+template <GgmlType T, int NT>
+void mma_launch(const Weight& w, const __half* xh, int rows, int rows_pad, float* y, cudaStream_t s) {
+  constexpr int MT = 2;
+  constexpr int64_t kOutPerBlock = 16 * MT;
+  constexpr int64_t kMaxOutPerLaunch = kOutPerBlock * 65535;  // grid.y limit
+  const unsigned n_units = unsigned(w.n_in / mv::Unit<T>::kElems);
+  const unsigned groups = ceil_div(rows, kRowsPerGroup);
+  const auto* wd = static_cast<const uint8_t*>(w.data);
+  for (int64_t o = 0; o < w.n_out; o += kMaxOutPerLaunch) {
+    const int64_t n = std::min(kMaxOutPerLaunch, w.n_out - o);
+    const dim3 grid(groups, ceil_div(n, kOutPerBlock));
+    mma_kernel<T, MT, NT><<<grid, kSplit * kWarp, 0, s>>>(wd + size_t(o) * w.row_bytes, w.row_bytes, n_units, n, xh,
+                                                          int(w.n_in), rows_pad, rows, y + o, w.n_out);
+  }
+}
+
+bool mma_type(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
+    case GgmlType::IQ4_XS:
+    case GgmlType::F16:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+bool mma_supports(const Weight& w) {
+  // 32-bit element offsets inside the kernel; n_in % 4 for the f16 activation rows.
+  return mma_type(w.type) && w.n_in > 0 && w.n_in % 4 == 0 && w.n_in <= (int64_t(1) << 24) &&
+         mv::unit_supports(w.type, w.n_in, w.row_bytes, w.data);
+}
+
+size_t mma_scratch_bytes(const Weight& w, int rows) { return size_t((rows + 7) / 8 * 8) * size_t(w.n_in) * sizeof(__half); }
+
+void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scratch, cudaStream_t s) {
+  const int rows_pad = (rows + 7) / 8 * 8;
+  auto* xh = static_cast<__half*>(scratch);
+  const int64_t quads = int64_t(rows_pad) * w.n_in / 4;
+  const int threads = 256;
+  const unsigned blocks = unsigned(std::min<int64_t>((quads + threads - 1) / threads, 4096));
+  to_half_rows<<<blocks, threads, 0, s>>>(x, rows, rows_pad, int(w.n_in), xh);
+  mv::dispatch_unit_type(w.type, [&](auto tag) {
+    constexpr GgmlType T = decltype(tag)::value;
+    if constexpr (T != GgmlType::F32 && T != GgmlType::BF16) {
+      if (rows <= 8) {
+        mma_launch<T, 1>(w, xh, rows, rows_pad, y, s);
+      } else if (rows <= 16) {
+        mma_launch<T, 2>(w, xh, rows, rows_pad, y, s);
+      } else {
+        mma_launch<T, 4>(w, xh, rows, rows_pad, y, s);
+      }
+    }
+  });
+}
+
+}  // namespace df::cuda
