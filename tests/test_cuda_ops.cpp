@@ -36,7 +36,8 @@
 //                  1e-4 of max|out| + 1e-4 relative; per-row checkpoints (row_states) the same
 //                  bound as the state, the last one equal to the final state bit for bit.
 // Models: logits against the CPU backend run with the same weights dequantized to f32 (so both
-// compute in fp32 with the same math): max |d| / (1 + |ref|) < 2e-3 with an f32 KV cache (the
+// compute in fp32 with the same math; where the CUDA backend multiplies on tensor cores, that
+// reference rounds the weights and activations of the product to f16 as the kernel does): max |d| / (1 + |ref|) < 2e-3 with an f32 KV cache (the
 // bound the CPU's own chunked-vs-recurrent model test uses), < 5e-3 with the default f16 cache
 // (f16 rounding flips, see the test); greedy 64-token continuations (f16 cache) identical
 // unless the first divergence is at a near-tie (top-2 gap < 1e-2 (1 + |top|), twice the logit
@@ -72,6 +73,8 @@
 #include "quant/quantize.h"
 #include "quant/types.h"
 #include "support/subprocess.h"
+#include "backend/cuda/mv_units.cuh"
+#include "util/half.h"
 
 namespace df {
 namespace {
@@ -515,7 +518,8 @@ TEST_P(CudaMatmul, EmbedIsExact) {
 TEST_P(CudaMatmul, RowsAreBatchInvariant) {
   const GgmlType t = GetParam();
   const bool fl = type_traits(t).block_size == 1;
-  for (int64_t n_in : {int64_t(1024), int64_t(768)}) {  // 1024: fast kernels where the type has one
+  // 1024: fast kernels where the type has one; 8192: the tensor-core kernel's 16-warp K split.
+  for (int64_t n_in : {int64_t(1024), int64_t(768), int64_t(8192)}) {
     if (fl && n_in % 1024 != 0) continue;
     const int64_t n_out = 45;
     const int rows = 40;
@@ -805,8 +809,18 @@ TEST_F(CudaOps, GdnDeltaRule) {
 // ---------------------------------------------------------------------------------------------
 // Whole models
 
+// Whether the CUDA backend's tensor-core kernel takes this weight (mma_supports in
+// mma_matmul.cu; device copies are 256-byte aligned, so the alignment test passes).
+bool cuda_rounds_to_f16(const Weight& w) {
+  return tensor_core_type(w.type) && w.n_in % 4 == 0 && mv::unit_supports(w.type, w.n_in, w.row_bytes, nullptr);
+}
+
+float round_f16(float v) { return f16_to_f32(f32_to_f16(v)); }
+
 // The CPU backend with every weight matrix dequantized to f32 before the product: the CPU then
-// computes in fp32 throughout (no 8-bit activations), the same math as the CUDA kernels.
+// computes in fp32 throughout (no 8-bit activations), the same math as the CUDA kernels. Where
+// the CUDA backend multiplies on tensor cores, the weights and activations are rounded to f16
+// first, as the kernel does (round to nearest even), so the two differ by summation order only.
 class DequantizedCpu final : public Backend {
  public:
   DequantizedCpu() : cpu_(make_cpu_backend(0)) {}
@@ -827,8 +841,14 @@ class DequantizedCpu final : public Backend {
       f.resize(size_t(w.n_in * w.n_out));
       for (int64_t o = 0; o < w.n_out; ++o)
         dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + o * w.row_bytes, f.data() + o * w.n_in, w.n_in);
+      if (cuda_rounds_to_f16(w))
+        for (float& v : f) v = round_f16(v);
     }
-    cpu_->matmul(Weight{GgmlType::F32, w.n_in, w.n_out, f.data(), size_t(w.n_in) * 4}, x, rows, y);
+    const Weight wf{GgmlType::F32, w.n_in, w.n_out, f.data(), size_t(w.n_in) * 4};
+    if (!cuda_rounds_to_f16(w)) return cpu_->matmul(wf, x, rows, y);
+    std::vector<float> xh(x, x + size_t(rows) * size_t(w.n_in));
+    for (float& v : xh) v = round_f16(v);
+    cpu_->matmul(wf, xh.data(), rows, y);
   }
   void embed(const Weight& t, const int32_t* tok, int rows, float* out) override { cpu_->embed(t, tok, rows, out); }
   void rms_norm(const float* x, size_t xs, const float* w, int n, int dim, float eps, float* out, size_t os) override {

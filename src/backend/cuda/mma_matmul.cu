@@ -16,8 +16,11 @@
 // Activations are converted to f16 once per call (row-major, rows padded to 8 with zeros) so a
 // lane's four B values are one 8-byte load.
 //
-// K is split over the kSplit warps of a block (warp w takes steps w, w + kSplit, ...); the
-// block sums the warps' partial tiles in warp order through shared memory.
+// K is split over the S warps of a block (warp w takes steps w, w + S, ...); the block sums the
+// warps' partial tiles in warp order through shared memory. S is 16 for weights with few
+// outputs (so a 1024-output matrix still fills the GPU) and 8 otherwise: a property of the
+// weight's shape, never of the row count. MT is 1 for up to 8 rows (more blocks in flight for
+// decode) and 2 above (each activation load feeds two m-tiles).
 //
 // Batch invariance. A row's result depends only on its own activations: the mma computes each
 // output column independently, the step order and the split are fixed by the weight's shape,
@@ -40,7 +43,6 @@ namespace df::cuda {
 
 namespace {
 
-constexpr int kSplit = 8;     // warps per block, each a share of K
 constexpr int kMaxNt = 4;     // n-tiles per launch group: 32 activation rows
 constexpr int kRowsPerGroup = 8 * kMaxNt;
 
@@ -72,7 +74,7 @@ __global__ void to_half_rows(const float* __restrict__ x, int rows, int rows_pad
   }
 }
 
-template <GgmlType T, int MT, int NT>
+template <GgmlType T, int MT, int NT, int kSplit>
 __global__ void __launch_bounds__(kSplit* kWarp)
     mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, unsigned n_units, int64_t n_out,
                const __half* __restrict__ xh, int n_in, int rows_pad, int rows, float* __restrict__ y,
@@ -169,9 +171,9 @@ __global__ void __launch_bounds__(kSplit* kWarp)
   }
 }
 
-template <GgmlType T, int NT>
+template <GgmlType T, int NT, int kSplit>
 void mma_launch(const Weight& w, const __half* xh, int rows, int rows_pad, float* y, cudaStream_t s) {
-  constexpr int MT = 2;
+  constexpr int MT = (NT == 1 || kSplit == 16) ? 1 : 2;  // shared memory: kSplit * MT * NT * 512 bytes
   constexpr int64_t kOutPerBlock = 16 * MT;
   constexpr int64_t kMaxOutPerLaunch = kOutPerBlock * 65535;  // grid.y limit
   const unsigned n_units = unsigned(w.n_in / mv::Unit<T>::kElems);
@@ -180,7 +182,7 @@ void mma_launch(const Weight& w, const __half* xh, int rows, int rows_pad, float
   for (int64_t o = 0; o < w.n_out; o += kMaxOutPerLaunch) {
     const int64_t n = std::min(kMaxOutPerLaunch, w.n_out - o);
     const dim3 grid(groups, ceil_div(n, kOutPerBlock));
-    mma_kernel<T, MT, NT><<<grid, kSplit * kWarp, 0, s>>>(wd + size_t(o) * w.row_bytes, w.row_bytes, n_units, n, xh,
+    mma_kernel<T, MT, NT, kSplit><<<grid, kSplit * kWarp, 0, s>>>(wd + size_t(o) * w.row_bytes, w.row_bytes, n_units, n, xh,
                                                           int(w.n_in), rows_pad, rows, y + o, w.n_out);
   }
 }
@@ -220,12 +222,16 @@ void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scrat
   mv::dispatch_unit_type(w.type, [&](auto tag) {
     constexpr GgmlType T = decltype(tag)::value;
     if constexpr (T != GgmlType::F32 && T != GgmlType::BF16) {
-      if (rows <= 8) {
-        mma_launch<T, 1>(w, xh, rows, rows_pad, y, s);
-      } else if (rows <= 16) {
-        mma_launch<T, 2>(w, xh, rows, rows_pad, y, s);
+      // Steps of 4 units; a 16-way split needs at least 2 steps a warp to pay.
+      const int64_t steps = (w.n_in / mv::Unit<T>::kElems + 3) / 4;
+      if (w.n_out <= 4096 && steps >= 32) {
+        if (rows <= 8) mma_launch<T, 1, 16>(w, xh, rows, rows_pad, y, s);
+        else if (rows <= 16) mma_launch<T, 2, 16>(w, xh, rows, rows_pad, y, s);
+        else mma_launch<T, 4, 16>(w, xh, rows, rows_pad, y, s);
       } else {
-        mma_launch<T, 4>(w, xh, rows, rows_pad, y, s);
+        if (rows <= 8) mma_launch<T, 1, 8>(w, xh, rows, rows_pad, y, s);
+        else if (rows <= 16) mma_launch<T, 2, 8>(w, xh, rows, rows_pad, y, s);
+        else mma_launch<T, 4, 8>(w, xh, rows, rows_pad, y, s);
       }
     }
   });

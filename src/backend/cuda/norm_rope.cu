@@ -9,15 +9,33 @@ namespace df::cuda {
 namespace {
 
 // One block per vector; the fp32 sum of squares is a block reduction (the CPU sums serially,
-// so results differ by reduction order only: ~sqrt(dim) ulp on the scale).
+// so results differ by reduction order only: ~sqrt(dim) ulp on the scale). A decode step norms
+// single 5120-wide vectors, where one block is all the GPU does: the block is wide (up to 1024
+// threads) and reads float4s, so the two passes cost two memory round trips, not dim / 256.
+template <bool kVec>
 __global__ void rms_norm_k(const float* x, size_t x_stride, const float* __restrict__ w, int dim, float eps,
                            float* out, size_t out_stride) {
   const float* xi = x + blockIdx.x * x_stride;
   float* oi = out + blockIdx.x * out_stride;  // may equal xi: every read happens before the reduction ends
   float ss = 0.0f;
-  for (int j = threadIdx.x; j < dim; j += blockDim.x) ss += xi[j] * xi[j];
-  const float scale = 1.0f / sqrtf(block_sum(ss) / float(dim) + eps);
-  for (int j = threadIdx.x; j < dim; j += blockDim.x) oi[j] = xi[j] * scale * w[j];
+  if constexpr (kVec) {
+    const float4* x4 = reinterpret_cast<const float4*>(xi);
+    for (int j = threadIdx.x; j < dim / 4; j += blockDim.x) {
+      const float4 v = x4[j];
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    const float scale = 1.0f / sqrtf(block_sum(ss) / float(dim) + eps);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    float4* o4 = reinterpret_cast<float4*>(oi);
+    for (int j = threadIdx.x; j < dim / 4; j += blockDim.x) {
+      const float4 v = x4[j], g = w4[j];
+      o4[j] = make_float4(v.x * scale * g.x, v.y * scale * g.y, v.z * scale * g.z, v.w * scale * g.w);
+    }
+  } else {
+    for (int j = threadIdx.x; j < dim; j += blockDim.x) ss += xi[j] * xi[j];
+    const float scale = 1.0f / sqrtf(block_sum(ss) / float(dim) + eps);
+    for (int j = threadIdx.x; j < dim; j += blockDim.x) oi[j] = xi[j] * scale * w[j];
+  }
 }
 
 // One block per row: cos/sin of the row's angles once in shared memory, then every head.
@@ -51,7 +69,14 @@ int reduce_threads(int dim) { return std::clamp((dim + kWarp - 1) / kWarp * kWar
 
 void rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, float eps, float* out,
               size_t out_stride, cudaStream_t s) {
-  rms_norm_k<<<n, reduce_threads(dim), 0, s>>>(x, x_stride, w, dim, eps, out, out_stride);
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (dim % 4 == 0 && x_stride % 4 == 0 && out_stride % 4 == 0 && aligned(x) && aligned(w) && aligned(out)) {
+    // The block width depends on dim only, never on n: a row's result must not depend on the batch.
+    const int threads = std::clamp((dim / 4 + kWarp - 1) / kWarp * kWarp, kWarp, 1024);
+    rms_norm_k<true><<<n, threads, 0, s>>>(x, x_stride, w, dim, eps, out, out_stride);
+  } else {
+    rms_norm_k<false><<<n, reduce_threads(dim), 0, s>>>(x, x_stride, w, dim, eps, out, out_stride);
+  }
 }
 
 void rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads, const int32_t* pos,
