@@ -56,9 +56,9 @@ TEST(ProfilingBackend, CountsMatmulsByTypeAndRowsAndForwardsResults) {
   std::vector<float> xn(size_t(3 * n_in));
   prof.rms_norm(x.data(), size_t(n_in), wf.data(), 3, int(n_in), 1e-6f, xn.data(), size_t(n_in));
   auto es = prof.entries();
-  const auto* r1 = find(es, "matmul q8_0 r1");
-  const auto* r16 = find(es, "matmul q8_0 r2-16");
-  const auto* rbig = find(es, "matmul q8_0 r>16");
+  const auto* r1 = find(es, "matmul q8_0 r1 w<4MiB");
+  const auto* r16 = find(es, "matmul q8_0 r2-16 w<4MiB");
+  const auto* rbig = find(es, "matmul q8_0 r>16 w<4MiB");
   const auto* norm = find(es, "rms_norm");
   ASSERT_TRUE(r1 && r16 && rbig && norm);
   EXPECT_EQ(r1->calls, 1);
@@ -124,7 +124,7 @@ TEST(ProfilingBackend, ModelForwardIsUnchanged) {
         if (e.group != "matmul") continue;
         bytes[k] += e.weight_bytes;
         matmuls[k] += e.calls;
-        EXPECT_NE(e.op.find(widths[k] == 1 ? " r1" : " r2-16"), std::string::npos) << e.op;
+        EXPECT_NE(e.op.find(widths[k] == 1 ? " r1 " : " r2-16 "), std::string::npos) << e.op;
       }
     }
   }

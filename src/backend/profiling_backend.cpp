@@ -29,7 +29,10 @@ constexpr FixedName kFixed[] = {
     {"argmax_rows", "argmax"},
 };
 
-const char* kBucketNames[] = {"r1", "r2-16", "r>16"};
+// Row-count class x weight-size class: small matrices pay fixed launch costs, big ones show
+// the bandwidth.
+const char* kRowClassNames[] = {"r1", "r2-16", "r>16"};
+const char* kSizeClassNames[] = {"w<4MiB", "w<64MiB", "w>=64MiB"};
 
 }  // namespace
 
@@ -42,8 +45,10 @@ ProfilingBackend::~ProfilingBackend() = default;
 
 int ProfilingBackend::matmul_op(const Weight& w, int rows) {
   const int id = std::clamp(int(w.type), 0, kTypeIds - 1);
-  const int bucket = rows <= 1 ? 0 : rows <= 16 ? 1 : 2;
-  return kFixedOps + id * kBuckets + bucket;
+  const int row_class = rows <= 1 ? 0 : rows <= 16 ? 1 : 2;
+  const double bytes = double(w.n_out) * double(w.row_bytes);
+  const int size_class = bytes < 4.0 * (1 << 20) ? 0 : bytes < 64.0 * (1 << 20) ? 1 : 2;
+  return kFixedOps + id * kBuckets + row_class * 3 + size_class;
 }
 
 template <class F>
@@ -104,7 +109,8 @@ std::vector<ProfilingBackend::Entry> ProfilingBackend::entries() {
     } else {
       const int id = (op - kFixedOps) / kBuckets, bucket = (op - kFixedOps) % kBuckets;
       const TypeTraits* tr = find_type_traits(uint32_t(id));
-      e.op = std::string("matmul ") + (tr ? tr->name : "?") + " " + kBucketNames[bucket];
+      e.op = std::string("matmul ") + (tr ? tr->name : "?") + " " + kRowClassNames[bucket / 3] + " " +
+             kSizeClassNames[bucket % 3];
       e.group = "matmul";
     }
     e.calls = s.calls;

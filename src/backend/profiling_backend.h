@@ -99,7 +99,7 @@ class ProfilingBackend final : public Backend {
     kGatedRmsNorm, kArgmax, kFixedOps
   };
   static constexpr int kTypeIds = 40;  // ggml type ids are < 40
-  static constexpr int kBuckets = 3;   // rows 1, 2..16, > 16
+  static constexpr int kBuckets = 9;   // rows 1, 2..16, > 16 x weight size < 4 MiB, < 64 MiB, larger
   static constexpr int kOps = kFixedOps + kTypeIds * kBuckets;
   static int matmul_op(const Weight& w, int rows);
 

@@ -107,16 +107,19 @@ __global__ void __launch_bounds__(kSplit* kWarp)
 #pragma unroll
       for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
 
+  // Step s covers units 4s..4s+3 of each row (lane c takes 4s + c); the last may be short.
   const unsigned n_steps = (n_units + 3) / 4;
-  for (unsigned s = unsigned(warp); s < n_steps; s += kSplit) {
-    const unsigned u_raw = 4 * s + unsigned(c);
-    const bool live = u_raw < n_units;  // the last step may be short: those lanes add zeros
-    const unsigned u = live ? u_raw : n_units - 1;
-    uint32_t raw[MT][2][Un::kWords];
+  auto unit_of = [&](unsigned s) { return min(4 * s + unsigned(c), n_units - 1); };
+  auto load = [&](unsigned s, uint32_t (&raw)[MT][2][Un::kWords]) {
+    const unsigned u = unit_of(s);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) Un::load(wr[mt][h], u, raw[mt][h]);
+  };
+  auto compute = [&](unsigned s, const uint32_t (&raw)[MT][2][Un::kWords]) {
+    const unsigned u = unit_of(s);
+    const bool live = 4 * s + unsigned(c) < n_units;  // lanes past the end add zeros
     typename Un::Pre pre[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -147,6 +150,31 @@ __global__ void __launch_bounds__(kSplit* kWarp)
             if (nt < nt_live) mma_16816(acc[mt][nt], a, b[nt][0], b[nt][1]);
         }
       }
+    }
+  };
+
+  // Where the registers allow, the next step's weights are loaded before this step's math (two
+  // buffers), so every warp keeps a load in flight: decode is bound by load latency otherwise.
+  constexpr bool kPrefetch = MT * 2 * Un::kWords <= 36;
+  if constexpr (kPrefetch) {
+    uint32_t cur[MT][2][Un::kWords], next[MT][2][Un::kWords];
+    if (unsigned(warp) < n_steps) load(unsigned(warp), cur);
+#pragma unroll 1
+    for (unsigned s = unsigned(warp); s < n_steps; s += kSplit) {
+      if (s + kSplit < n_steps) load(s + kSplit, next);
+      compute(s, cur);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int i = 0; i < Un::kWords; ++i) cur[mt][h][i] = next[mt][h][i];
+    }
+  } else {
+    for (unsigned s = unsigned(warp); s < n_steps; s += kSplit) {
+      uint32_t raw[MT][2][Un::kWords];
+      load(s, raw);
+      compute(s, raw);
     }
   }
 
