@@ -133,9 +133,10 @@ __global__ void __launch_bounds__(kSplit* kWarp)
         uint32_t b[NT][2];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          const uint2 v = __ldg(reinterpret_cast<const uint2*>(xr[nt] + e0 + 4 * q));
-          b[nt][0] = live ? v.x : 0u;
-          b[nt][1] = live ? v.y : 0u;
+          uint2 v = make_uint2(0u, 0u);  // padding rows are zeros: not loaded (decode has 1 row of 8)
+          if (live && r0 + nt * 8 + g < rows) v = __ldg(reinterpret_cast<const uint2*>(xr[nt] + e0 + 4 * q));
+          b[nt][0] = v.x;
+          b[nt][1] = v.y;
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -153,29 +154,10 @@ __global__ void __launch_bounds__(kSplit* kWarp)
     }
   };
 
-  // Where the registers allow, the next step's weights are loaded before this step's math (two
-  // buffers), so every warp keeps a load in flight: decode is bound by load latency otherwise.
-  constexpr bool kPrefetch = MT * 2 * Un::kWords <= 36;
-  if constexpr (kPrefetch) {
-    uint32_t cur[MT][2][Un::kWords], next[MT][2][Un::kWords];
-    if (unsigned(warp) < n_steps) load(unsigned(warp), cur);
-#pragma unroll 1
-    for (unsigned s = unsigned(warp); s < n_steps; s += kSplit) {
-      if (s + kSplit < n_steps) load(s + kSplit, next);
-      compute(s, cur);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int i = 0; i < Un::kWords; ++i) cur[mt][h][i] = next[mt][h][i];
-    }
-  } else {
-    for (unsigned s = unsigned(warp); s < n_steps; s += kSplit) {
-      uint32_t raw[MT][2][Un::kWords];
-      load(s, raw);
-      compute(s, raw);
-    }
+  for (unsigned s = unsigned(warp); s < n_steps; s += kSplit) {
+    uint32_t raw[MT][2][Un::kWords];
+    load(s, raw);
+    compute(s, raw);
   }
 
   // Sum the warps' tiles in warp order; thread t of the block finishes elements t, t + 256, ...
