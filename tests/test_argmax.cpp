@@ -39,7 +39,7 @@ TEST(Argmax, CpuRowsTiesAndNan) {
     for (int i = 0; i < n; ++i) row(5)[i] = std::nanf("");
     for (int i = 0; i < n; i += 2) row(6)[i] = std::nanf("");
     std::vector<int32_t> got(size_t(rows), -1);
-    be->argmax_rows(x.data(), rows, n, got.data());
+    be->argmax_rows(x.data(), rows, n, size_t(n), got.data());
     for (int r = 0; r < rows; ++r) EXPECT_EQ(got[size_t(r)], scan(row(r), n)) << "row " << r << ", n = " << n;
     if (n > 2) {
       EXPECT_EQ(got[0], n / 2);
@@ -48,6 +48,22 @@ TEST(Argmax, CpuRowsTiesAndNan) {
     }
     EXPECT_EQ(got[5], 0);
   }
+}
+
+// Rows with a stride past n (a vocabulary's padding ids): the values past n never win.
+TEST(Argmax, CpuStridedRowsIgnoreThePadding) {
+  auto be = make_cpu_backend(2);
+  std::mt19937 rng(12);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const int rows = 5, n = 4106;
+  const size_t stride = 4160;
+  std::vector<float> x(size_t(rows) * stride);
+  for (auto& f : x) f = nd(rng);
+  for (int r = 0; r < rows; ++r)
+    for (size_t i = size_t(n); i < stride; ++i) x[size_t(r) * stride + i] = 1e30f;
+  std::vector<int32_t> got(size_t(rows), -1);
+  be->argmax_rows(x.data(), rows, n, stride, got.data());
+  for (int r = 0; r < rows; ++r) EXPECT_EQ(got[size_t(r)], scan(x.data() + size_t(r) * stride, n)) << "row " << r;
 }
 
 }  // namespace

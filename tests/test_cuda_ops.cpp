@@ -342,13 +342,36 @@ TEST_F(CudaOps, ArgmaxRows) {
     std::vector<int32_t> got[2];
     for (int s = 0; s < 2; ++s) {
       got[s].assign(size_t(rows), -7);
-      be_[s]->argmax_rows(xd[s], rows, n, got[s].data());
+      be_[s]->argmax_rows(xd[s], rows, n, size_t(n), got[s].data());
     }
     EXPECT_EQ(got[0], want) << "CPU argmax_rows, n = " << n;
     EXPECT_EQ(got[1], want) << "CUDA argmax_rows, n = " << n;
     std::cout << "[cuda-err] argmax_rows " << std::left << std::setw(46) << ("n=" + std::to_string(n)) << std::right
               << (got[1] == want ? " exact" : "  FAILED") << "\n";
   }
+}
+
+// Rows with a stride past n (a vocabulary's padding ids): the values past n never win.
+TEST_F(CudaOps, ArgmaxRowsStrided) {
+  Rng rng(4);
+  const int rows = 6, n = 248000;
+  const size_t stride = 248320;
+  std::vector<float> x = rng.normals(size_t(rows) * stride, 3.0);
+  for (int r = 0; r < rows; ++r)
+    for (size_t i = size_t(n); i < stride; ++i) x[size_t(r) * stride + i] = 1e30f;
+  std::vector<int32_t> want(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) {
+    const float* v = x.data() + size_t(r) * stride;
+    want[size_t(r)] = int32_t(std::max_element(v, v + n) - v);
+  }
+  Twin<float> xd(be(), x);
+  std::vector<int32_t> got[2];
+  for (int s = 0; s < 2; ++s) {
+    got[s].assign(size_t(rows), -7);
+    be_[s]->argmax_rows(xd[s], rows, n, stride, got[s].data());
+  }
+  EXPECT_EQ(got[0], want) << "CPU argmax_rows, strided";
+  EXPECT_EQ(got[1], want) << "CUDA argmax_rows, strided";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/chat_prompt.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
@@ -68,6 +69,31 @@ TEST_P(DemoTokenizer, SpecialTokensAndChatTemplate) {
   EXPECT_TRUE(tok.is_eog(4096));  // <|endoftext|>
   EXPECT_EQ(tok.vocab().eos_id, 4098);
   EXPECT_NE(tok.vocab().chat_template.find("enable_thinking"), std::string::npos);
+}
+
+// `run --chat` renders the model's own template: the chat prompts of tests/data/demo/samples.json
+// were rendered by the training pipeline (equal to transformers' apply_chat_template with
+// enable_thinking = false) and must come out byte for byte.
+TEST_P(DemoTokenizer, RunChatPromptUsesTheModelsTemplate) {
+  const auto file = gguf::File::open(gguf_path(GetParam()));
+  const Tokenizer tok(Vocab::from_gguf(*file));
+  const json samples = read_json(std::string(DELTAFLASH_TEST_DATA) + "/demo/samples.json");
+  int n = 0;
+  for (const json& s : samples) {
+    if (s["kind"] != "chat") continue;
+    const std::string want = s["prompt"];
+    const std::string open = "<|im_start|>user\n", close = "<|im_end|>";
+    const size_t b = want.find(open), e = want.find(close);
+    ASSERT_TRUE(b != std::string::npos && e != std::string::npos) << want;
+    const std::string user = want.substr(b + open.size(), e - b - open.size());
+    EXPECT_EQ(chat_prompt(tok, "", user, {{"enable_thinking", false}}), want);
+    ++n;
+  }
+  EXPECT_GE(n, 3);
+  // A system turn comes first, in the template's format.
+  const std::string with_system = chat_prompt(tok, "Be brief.", "Hi");
+  EXPECT_EQ(with_system.rfind("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n", 0), 0u)
+      << with_system;
 }
 
 std::vector<std::string> demo_models() {

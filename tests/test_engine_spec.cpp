@@ -80,6 +80,9 @@ void compare_engines(const std::string& target, const std::string& draft, int n_
     for (size_t k = 0; k < a.logprobs.size(); ++k) EXPECT_EQ(a.logprobs[k], b.logprobs[k]) << "token " << k;
     EXPECT_GT(b.draft_steps, 0);
     accepted += b.accepted;
+    // Without logprobs, greedy steps return argmax ids from the backend instead of logits.
+    EXPECT_EQ(generate(plain, prompt, max_tokens).ids, a.ids) << "plain engine, argmax ids vs logits";
+    EXPECT_EQ(generate(spec, prompt, max_tokens).ids, a.ids) << "speculative engine, argmax ids vs logits";
     // A stop decision inside a block ends exactly there.
     const Outcome c = generate(spec, prompt, max_tokens, 5 + i);
     EXPECT_EQ(c.ids, std::vector<int32_t>(a.ids.begin(), a.ids.begin() + std::min<size_t>(a.ids.size(), 5 + i)));

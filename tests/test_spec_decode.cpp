@@ -8,9 +8,11 @@
 // - drafter validation against the target.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
+#include <tuple>
 
 #include "engine/generator.h"
 #include "gguf/gguf.h"
@@ -139,6 +141,59 @@ TEST(SpecDecode, GreedyRandomDrafterEqualsPlain) {
       ASSERT_EQ(speculative(dec, prompt, o, &ss), ref);
       EXPECT_GT(ss.draft_steps, 0);
     }
+  }
+}
+
+// Plain greedy decoding returns argmax ids from the backend (ForwardOutput::greedy_only); a zero
+// logit bias keeps the same choice but sends the logits to the host sampler instead. The two
+// paths must agree token for token, and speculation must match both, with drafts and verify
+// rows going either way.
+TEST(SpecDecode, ArgmaxPathEqualsLogitsPath) {
+  Pair p;
+  DraftModel draft(*p.draft_file, *p.target, 8);
+  DFlashSource src(draft, *p.target, 256);
+  SpecDecoder dec(*p.target, src, p.tok.get(), 256, SpecOptions{false, 64, 0});
+  for (int i = 0; i < 20; ++i) {
+    SCOPED_TRACE("prompt " + std::to_string(i));
+    const auto prompt = prompt_of(i);
+    GenerateOptions ids = greedy(24), logits = greedy(24);
+    logits.sampling.logit_bias[3] = 0.0f;  // changes nothing but the path
+    const auto ref = plain(p, prompt, logits);
+    ASSERT_EQ(plain(p, prompt, ids), ref);
+    ASSERT_EQ(speculative(dec, prompt, ids), ref);
+    ASSERT_EQ(speculative(dec, prompt, logits), ref);
+  }
+}
+
+// The greedy walk over argmax ids equals walk_block's greedy walk over the logits they came from.
+TEST(SpecDecode, GreedyWalkOverIdsEqualsWalkOverLogits) {
+  std::mt19937 rng(5);
+  const size_t V = 50;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + trial % 9;
+    std::vector<float> logits(size_t(n + 1) * V);
+    std::vector<int32_t> argmax(static_cast<size_t>(n + 1)), drafts(static_cast<size_t>(n));
+    for (int r = 0; r <= n; ++r) {
+      for (size_t v = 0; v < V; ++v) logits[size_t(r) * V + v] = float(int(rng() % 7));  // many ties
+      argmax[size_t(r)] = int32_t(std::max_element(logits.begin() + long(size_t(r) * V), logits.begin() + long(size_t(r + 1) * V)) -
+                                  (logits.begin() + long(size_t(r) * V)));
+    }
+    // Drafts that mostly agree, so walks get long.
+    for (int i = 0; i < n; ++i) drafts[size_t(i)] = rng() % 4 == 0 ? int32_t(rng() % V) : argmax[size_t(i)];
+    const int stop_at = int(rng() % 12);  // on_accept ends the walk after this many accepts
+    auto walk = [&](bool ids) {
+      std::vector<int32_t> accepted;
+      auto on_accept = [&](int32_t d) {
+        accepted.push_back(d);
+        return int(accepted.size()) < stop_at;
+      };
+      Sampler s(SamplingParams{0.0f}, int(V));
+      std::mt19937_64 r64(1);
+      const spec::BlockWalk w = ids ? spec::walk_block_greedy(argmax, drafts, on_accept)
+                                    : spec::walk_block(logits, V, drafts, {}, true, s, r64, on_accept);
+      return std::tuple(w.kept, w.next_row, accepted, w.next ? *w.next : argmax[size_t(w.next_row)]);
+    };
+    ASSERT_EQ(walk(true), walk(false)) << "trial " << trial;
   }
 }
 

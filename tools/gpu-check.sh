@@ -21,6 +21,10 @@
 #                                     hidden 5120, block 16): `bench --draft` (draft and verify
 #                                     step times, projected speedups), and bench/spec_demo.sh on
 #                                     the demo pair (spec_27b.txt, spec_demo.txt in LOG_DIR)
+#                                     --ncu: with --bench, also profile six tensor-core matmul
+#                                     kernels of a decode step with Nsight Compute (speed of
+#                                     light, occupancy, warp stall reasons; ncu_<type>.txt in
+#                                     other_logs.tgz, key lines in the summary)
 #                                     --budget S: seconds the whole script may take (default
 #                                     470); the tests get what the bench leaves, so the bench
 #                                     numbers come even when a test runs long
@@ -52,6 +56,7 @@ MEMCHECK=0
 CPU_TESTS=1
 BENCH=0
 SPEC=0
+NCU=0
 MODELS=mix-q4_k_m,q8_0
 SHAPE=27b
 BUDGET=470
@@ -62,6 +67,7 @@ while [ $# -gt 0 ]; do
     --no-cpu-tests) CPU_TESTS=0 ;;
     --bench) BENCH=1 ;;
     --spec) SPEC=1 ;;
+    --ncu) NCU=1 ;;
     --models) MODELS=$2; shift ;;
     --shape) SHAPE=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
@@ -223,6 +229,14 @@ if [ "$BENCH" = 1 ]; then
       --json-out "$LOG/bench_$t.json" >"$LOG/bench_$t.txt" 2>&1 || rc=$?
     echo "gpu-check: bench $t rc=$rc ($(elapsed))"
     [ "$rc" -ne 0 ] && bench_rc=$rc
+    if [ "$NCU" = 1 ] && command -v ncu >/dev/null && [ "$(left)" -gt 90 ]; then
+      # Launch 200 on lands inside the first 1-row forward (decode-shaped launches).
+      timeout $(( $(left) - 60 )) ncu --clock-control none --kernel-name regex:mma_kernel --launch-skip 200 \
+        --launch-count 6 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section MemoryWorkloadAnalysis "$BUILD/deltaflash" bench -m "$f" -p 1 -n 2 -r 1 --device cuda \
+        >"$LOG/ncu_$t.txt" 2>&1 || echo "gpu-check: ncu rc=$?"
+      echo "gpu-check: ncu $t ($(elapsed))"
+    fi
     rm -f "$f"
   done
 fi
@@ -281,6 +295,11 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
   echo
   echo "=== models (CUDA vs CPU) ==="
   grep '^\[cuda-model\]' "$LOG/test_cuda_ops.log" || true
+  for f in "$LOG"/ncu_*.txt; do
+    [ -s "$f" ] || continue
+    echo; echo "=== $(basename "$f") ==="
+    grep -E "mma_kernel|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Registers Per Thread|Grid Size|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Issued Warp|Stall|stalled|Eligible" "$f" | head -80 || true
+  done
   if [ "$BENCH" = 1 ]; then
     echo
     echo "=== bench (27B shape, one GPU) ==="

@@ -127,10 +127,11 @@ class Backend {
 
   // --- sampling helpers ---
   // Greedy choice without downloading logits: out_host[r] (host memory, `rows` entries) = the
-  // index of the largest of the n values of row r (x + r * n, backend memory). Ties go to the
-  // lowest index; NaN is below every number (a row of only NaN gives 0). Waits for the result,
-  // like download().
-  virtual void argmax_rows(const float* x, int rows, int n, int32_t* out_host) = 0;
+  // index of the largest of the first n values of row r (x + r * stride, backend memory; n <=
+  // stride: ids >= n, such as a vocabulary's padding rows, never win). Ties go to the lowest
+  // index; NaN is below every number (a row of only NaN gives 0). Waits for the result, like
+  // download().
+  virtual void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) = 0;
 };
 
 // The CPU backend with n_threads workers (0 = all hardware threads).

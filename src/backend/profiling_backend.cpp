@@ -221,8 +221,8 @@ void ProfilingBackend::gated_rms_norm(float* x, const float* z, const float* w, 
                                       float eps) {
   run(kGatedRmsNorm, 0, [&] { inner_->gated_rms_norm(x, z, w, rows, n_heads, dim, eps); });
 }
-void ProfilingBackend::argmax_rows(const float* x, int rows, int n, int32_t* out_host) {
-  run(kArgmax, 0, [&] { inner_->argmax_rows(x, rows, n, out_host); });
+void ProfilingBackend::argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) {
+  run(kArgmax, 0, [&] { inner_->argmax_rows(x, rows, n, stride, out_host); });
 }
 
 }  // namespace df

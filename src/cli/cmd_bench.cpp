@@ -2,7 +2,8 @@
 // (the same measurement llama-bench makes: pp = one prefill of -p tokens, tg = -n decode steps),
 // plus what the GPU work is measured against: the device's copy bandwidth, the weight bytes a
 // decode step reads (so tok/s becomes GB/s and % of the copy bandwidth), the time of one forward
-// of 1..32 rows that all want logits (the verify-width curve of speculative decoding), and with
+// of 1..32 rows that all want their greedy choice (the verify-width curve of greedy speculative
+// decoding: the argmax runs on the device, as in a greedy verify step), and with
 // --profile the per-op tables of a decode step and of a 16-row forward.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -108,10 +109,7 @@ void bench(const BenchArgs& a) {
     gen.reset();
     t0 = std::chrono::steady_clock::now();
     int32_t tok = prompt[0];
-    for (int i = 0; i < a.n_gen; ++i) {
-      gen.decode(tok, logits);
-      tok = int32_t(std::max_element(logits.begin(), logits.begin() + n_vocab) - logits.begin());
-    }
+    for (int i = 0; i < a.n_gen; ++i) tok = gen.decode_greedy(tok, n_vocab);  // greedy, as `run` decodes
     tg.push_back(a.n_gen / seconds_since(t0));
   }
 
@@ -125,10 +123,11 @@ void bench(const BenchArgs& a) {
   prof.reset();
   const double weight_gb_s = step_bytes * median(tg) / 1e9;
 
-  // Verify-width curve: one forward of R rows of a fresh sequence, all wanting logits.
+  // Verify-width curve: one forward of R rows of a fresh sequence, each wanting its greedy choice.
   auto st = m.model->make_state(1, kMaxVerifyRows + 8);
   const int seq = st->create();
   ForwardOutput out;
+  out.greedy_only = n_vocab;
   auto rows_batch = [&](int rows) {
     Batch b;
     for (int i = 0; i < rows; ++i) b.add(seq, i, prompt[size_t(i)], true);
@@ -154,12 +153,12 @@ void bench(const BenchArgs& a) {
     const int steps = std::min(a.n_gen, 8);
     gen.reset();
     OpProfile dec = profile_forwards(
-        prof, "decode step (1 row)", steps, [] {}, [&] { gen.decode(prompt[1], logits); });
+        prof, "decode step (1 row)", steps, [] {}, [&] { gen.decode_greedy(prompt[1], n_vocab); });
     dec.plain_wall_s = median(tg) > 0 ? 1.0 / median(tg) : 0;
     profiles.push_back(std::move(dec));
     const Batch b16 = rows_batch(16);
     OpProfile v16 = profile_forwards(
-        prof, "16-row forward (all rows want logits)", 3, [&] { st->reset(seq); },
+        prof, "16-row forward (greedy verify: argmax per row)", 3, [&] { st->reset(seq); },
         [&] { m.model->forward(b16, *st, out); });
     for (const auto& p : curve)
       if (p.rows == 16) v16.plain_wall_s = p.ms / 1e3;
@@ -220,7 +219,7 @@ void bench(const BenchArgs& a) {
   std::printf("\ndevice %s: copy bandwidth %.0f GB/s (bytes read + written)\n", device.c_str(), copy_gb_s);
   std::printf("decode: %.2f tok/s x %.3f GB of weights a step = %.0f GB/s, %.1f%% of the copy bandwidth\n", median(tg),
               step_bytes / 1e9, weight_gb_s, copy_gb_s > 0 ? 100 * weight_gb_s / copy_gb_s : 0.0);
-  std::printf("\n| rows in one forward (all want logits) | ms (median of %d) | ms per row | vs 1 row |\n|---|---|---|---|\n",
+  std::printf("\n| rows in one forward (greedy: argmax per row) | ms (median of %d) | ms per row | vs 1 row |\n|---|---|---|---|\n",
               a.reps);
   for (const auto& p : curve)
     std::printf("| %d | %.3f | %.3f | %.2f |\n", p.rows, p.ms, p.ms / p.rows, t1 > 0 ? p.ms / t1 : 0.0);

@@ -23,7 +23,7 @@ struct RunArgs {
   LoadOptions load;
   int ctx = 4096;
   int batch = 512;
-  bool chat = false, stats_json = false;
+  bool chat = false, no_think = false, stats_json = false;
   int64_t seed = -1;
   std::vector<std::string> logit_bias;  // "ID=BIAS"
   SamplingParams sp;
@@ -34,7 +34,9 @@ void run(const RunArgs& a) {
   LoadOptions lo = a.load;
   lo.max_batch_rows = a.batch;
   LoadedModel m = load_model(a.model.empty() ? default_model_path() : a.model, lo);
-  const std::string text = a.chat ? chatml_prompt(a.system, a.prompt) : a.prompt;
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+  if (a.no_think) kwargs["enable_thinking"] = false;
+  const std::string text = a.chat ? chat_prompt(*m.tokenizer, a.system, a.prompt, kwargs) : a.prompt;
   const std::vector<int32_t> prompt = m.tokenizer->encode(text, true);
   if (prompt.empty()) fail("the prompt is empty after tokenization");
   if (int(prompt.size()) + 1 > a.ctx)
@@ -121,7 +123,8 @@ void register_run(CLI::App& app) {
   c->add_option("--seed", a->seed, "Random seed (-1 = random)")->capture_default_str();
   c->add_option("--logit-bias", a->logit_bias, "Add BIAS to a token's logit, as TOKEN_ID=BIAS (repeatable)");
   c->add_option("--penalty-last-n", a->sp.penalty_last_n, "Recent tokens the penalties look at")->capture_default_str();
-  c->add_flag("--chat", a->chat, "Wrap the prompt as a chat turn (ChatML)");
+  c->add_flag("--chat", a->chat, "Wrap the prompt as a chat turn with the model's chat template (ChatML when it has none)");
+  c->add_flag("--no-think", a->no_think, "With --chat: render the template with enable_thinking = false");
   c->add_option("--system", a->system, "System prompt (with --chat)");
   add_backend_flags(c, a->load);
   add_draft_flags(c, a->draft);

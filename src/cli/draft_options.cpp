@@ -11,7 +11,8 @@ void add_draft_flags(CLI::App* cmd, DraftArgs& a) {
                   "Verify block size, 2..the drafter's trained size (0 = the trained size)")
       ->capture_default_str();
   cmd->add_option("--draft-adaptive", a.adaptive,
-                  "Turn speculation off while it measures slower than plain decoding (true|false)")
+                  "Pick the verify width (n, n/2, n/4 drafts) with the lowest measured cost per token, and "
+                  "turn speculation off while it measures slower than plain decoding (true|false)")
       ->capture_default_str();
   cmd->add_option("--draft-window", a.window,
                   "Context tokens the drafter attends to, the most recent (0 = the whole context)")

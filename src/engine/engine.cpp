@@ -223,8 +223,15 @@ bool Engine::decode_step() {
   if (n > 0) return speculate(token, n);
   batch_.clear();
   batch_.add(seq_, state_->get(seq_).n_past, token, true);
-  model_.forward(batch_, *state_, out_);
-  logits_.assign(out_.logits.begin(), out_.logits.end());
+  if (argmax_only(a)) {  // the next token is this row's argmax: no logits download
+    out_.greedy_only = a.sampler.n_sampleable();
+    model_.forward(batch_, *state_, out_);
+    out_.greedy_only = 0;
+    a.next = out_.greedy[0];
+  } else {
+    model_.forward(batch_, *state_, out_);
+    logits_.assign(out_.logits.begin(), out_.logits.end());
+  }
   if (drafts_) {
     drafts_->on_target_rows(1);
     policy_.record(now_seconds() - t0, 1, 0);
@@ -242,38 +249,52 @@ bool Engine::speculate(int32_t anchor, int n) {
   const size_t V = size_t(model_.hparams().n_vocab);
   const int n_sampleable = std::min(model_.hparams().n_vocab, tok_.n_vocab());
   const bool greedy = a.ticket->req.sampling.temperature <= 0;
-  drafts_->propose(anchor, n, draft_logits_);
+  const bool ids_only = argmax_only(a);
   drafts_buf_.resize(size_t(n));
-  spec::choose_drafts(draft_logits_, V, n_sampleable, greedy, a.draft_sampler, a.rng, drafts_buf_, qs_);
+  if (greedy) {
+    drafts_->propose_greedy(anchor, n, n_sampleable, drafts_buf_);
+  } else {
+    drafts_->propose(anchor, n, draft_logits_);
+    spec::choose_drafts(draft_logits_, V, n_sampleable, greedy, a.draft_sampler, a.rng, drafts_buf_, qs_);
+  }
   batch_.clear();
   const int p0 = state_->get(seq_).n_past;
   batch_.add_speculative(seq_, p0, anchor);
   for (int i = 0; i < n; ++i) batch_.add_speculative(seq_, p0 + 1 + i, drafts_buf_[size_t(i)]);
+  out_.greedy_only = ids_only ? n_sampleable : 0;
   model_.forward(batch_, *state_, out_);
+  out_.greedy_only = 0;
   a.result.draft_steps++;
   a.result.drafted_tokens += n;
   bool finished = false;
   int row = 0;  // the row whose logits predicted the draft being committed (for its logprobs)
-  const spec::BlockWalk w =
-      spec::walk_block(out_.logits, V, drafts_buf_, qs_, greedy, a.sampler, a.rng, [&](int32_t d) {
-        logits_.assign(out_.logits.begin() + long(size_t(row) * V), out_.logits.begin() + long(size_t(row + 1) * V));
-        ++row;
-        a.result.accepted_tokens++;
-        if (!commit(d, false)) {  // finished: active_ is gone, the sequence state no longer matters
-          finished = true;
-          return false;
-        }
-        return active_->forced.empty();  // forced tokens (reasoning budget) come next
-      });
+  auto on_accept = [&](int32_t d) {
+    if (!ids_only)
+      logits_.assign(out_.logits.begin() + long(size_t(row) * V), out_.logits.begin() + long(size_t(row + 1) * V));
+    ++row;
+    a.result.accepted_tokens++;
+    if (!commit(d, false)) {  // finished: active_ is gone, the sequence state no longer matters
+      finished = true;
+      return false;
+    }
+    return active_->forced.empty();  // forced tokens (reasoning budget) come next
+  };
+  const spec::BlockWalk w = ids_only ? spec::walk_block_greedy(out_.greedy, drafts_buf_, on_accept)
+                                     : spec::walk_block(out_.logits, V, drafts_buf_, qs_, greedy, a.sampler, a.rng, on_accept);
   if (finished) return false;
   // The next step commits w.next, or samples from these logits (bonus, or after a stop).
-  logits_.assign(out_.logits.begin() + long(size_t(w.next_row) * V),
-                 out_.logits.begin() + long(size_t(w.next_row + 1) * V));
+  if (!ids_only)
+    logits_.assign(out_.logits.begin() + long(size_t(w.next_row) * V),
+                   out_.logits.begin() + long(size_t(w.next_row + 1) * V));
   a.next = w.next;
   model_.commit(*state_, seq_, w.kept);
   drafts_->on_target_rows(w.kept);
   policy_.record(now_seconds() - t0, w.kept, n);
   return true;
+}
+
+bool Engine::argmax_only(const Active& a) const {
+  return a.sampler.plain_greedy() && a.ticket->req.top_logprobs < 0;
 }
 
 bool Engine::commit(int32_t token, bool forced) {

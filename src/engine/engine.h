@@ -109,6 +109,9 @@ class Engine {
   bool decode_step();
   bool speculate(int32_t anchor, int n);  // verify n drafts after anchor; false: request finished
   bool commit(int32_t token, bool forced);  // false: the request is finished
+  // Whether the request's next tokens depend on the logits only through their argmax (plain
+  // greedy, no logprobs): then forwards return argmax ids instead of logits.
+  bool argmax_only(const Active& a) const;
   void finish(FinishReason why, std::string error = {});
   static void notify_done(const GenerationRequest& req, const GenerationResult& r);
 

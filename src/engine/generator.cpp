@@ -1,6 +1,7 @@
 #include "engine/generator.h"
 
 #include <chrono>
+#include <optional>
 
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -41,6 +42,15 @@ void Generator::decode(int32_t token, std::vector<float>& logits) {
   logits.assign(out_.logits.begin(), out_.logits.end());
 }
 
+int32_t Generator::decode_greedy(int32_t token, int limit) {
+  batch_.clear();
+  batch_.add(seq_, state_->get(seq_).n_past, token, true);
+  out_.greedy_only = limit;
+  model_.forward(batch_, *state_, out_);
+  out_.greedy_only = 0;
+  return out_.greedy[0];
+}
+
 GenerateStats Generator::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                                   const std::function<bool(int32_t)>& on_token) {
   GenerateStats st;
@@ -57,8 +67,11 @@ GenerateStats Generator::generate(const std::vector<int32_t>& prompt, const Gene
   st.prefill_seconds = t1 - t0;
   st.finish_reason = "length";
   double t_first = t1;
+  // Plain greedy: each step returns its argmax id, not the logits (see ForwardOutput).
+  const bool argmax_only = sampler.plain_greedy();
+  std::optional<int32_t> next;
   for (int i = 0; i < opt.max_new_tokens; ++i) {
-    const int32_t tok = sampler.sample(logits);
+    const int32_t tok = next ? *next : sampler.sample(logits);
     sampler.accept(tok);
     if (i == 0) t_first = now_seconds();
     st.generated_tokens++;
@@ -76,7 +89,10 @@ GenerateStats Generator::generate(const std::vector<int32_t>& prompt, const Gene
       st.finish_reason = "length";
       break;
     }
-    decode(tok, logits);
+    if (argmax_only)
+      next = decode_greedy(tok, n_sampleable);
+    else
+      decode(tok, logits);
   }
   st.decode_seconds = now_seconds() - t_first;
   return st;

@@ -53,6 +53,8 @@ class Generator {
   void prefill(const std::vector<int32_t>& prompt, int chunk, std::vector<float>& last_logits);
   // Feeds one token at the next position and returns its logits.
   void decode(int32_t token, std::vector<float>& logits);
+  // The same step, greedy: the argmax id among ids < limit, computed on the backend.
+  int32_t decode_greedy(int32_t token, int limit);
   void reset();
 
  private:

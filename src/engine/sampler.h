@@ -33,6 +33,13 @@ class Sampler {
   // Records a token that became part of the context (prompt or generated) for the penalties.
   void accept(int32_t token);
   const SamplingParams& params() const { return p_; }
+  // Greedy with nothing that reads the logits but the argmax (no penalties, no bias): then the
+  // choice is the argmax among sampleable ids, and the model may compute it on the backend.
+  bool plain_greedy() const {
+    return p_.temperature <= 0 && p_.repeat_penalty == 1.0f && p_.presence_penalty == 0.0f &&
+           p_.frequency_penalty == 0.0f && p_.logit_bias.empty();
+  }
+  int n_sampleable() const { return n_sampleable_; }
 
   // The probability distribution sample() draws from, over all ids (zeros outside the kept
   // candidates). Used by tests and by speculative verification.

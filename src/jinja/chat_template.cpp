@@ -4,6 +4,13 @@
 
 namespace df::jinja {
 
+const std::string& chatml_template() {
+  static const std::string kChatMl =
+      "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+      "'<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+  return kChatMl;
+}
+
 ChatTemplate::ChatTemplate(std::string source, std::string bos_token, std::string eos_token)
     : tmpl_(std::make_unique<Template>(std::move(source))), bos_(std::move(bos_token)), eos_(std::move(eos_token)) {}
 

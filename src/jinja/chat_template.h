@@ -26,6 +26,10 @@ struct ChatTemplateInputs {
   nlohmann::ordered_json extra_context = nlohmann::ordered_json::object();
 };
 
+// Plain ChatML (the Qwen templates' format for system/user/assistant turns), for model files
+// that carry no template.
+const std::string& chatml_template();
+
 class ChatTemplate {
  public:
   // Parses the template once; throws df::Error naming the line on a syntax error.

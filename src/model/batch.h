@@ -31,10 +31,15 @@ struct Batch {
 };
 
 // Logits of the rows that asked for them, in row order: logits[i * n_vocab ...] belongs to
-// rows[logit_rows[i]].
+// rows[logit_rows[i]]. With greedy_only > 0 (set by the caller before forward) the model
+// returns, instead of logits, each such row's greedy choice among ids < greedy_only in
+// greedy[i]: the argmax runs on the backend, so a step downloads a few bytes, not n_vocab floats
+// a row (a 248K vocabulary is 1 MB a row). Ties go to the lowest id, like Sampler's greedy pick.
 struct ForwardOutput {
+  int greedy_only = 0;
   std::vector<int> logit_rows;
-  std::vector<float> logits;
+  std::vector<float> logits;    // empty when greedy_only
+  std::vector<int32_t> greedy;  // one id per logit row when greedy_only
 };
 
 }  // namespace df

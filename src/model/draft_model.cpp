@@ -165,6 +165,21 @@ void DraftModel::layer(const DraftLayerWeights& L, int B, const SeqKv& seq, cons
 }
 
 void DraftModel::draft(SequenceStore& st, int seq, int32_t anchor, std::vector<float>& logits) {
+  run_block(st, seq, anchor);
+  const size_t V = size_t(target_.hparams().n_vocab);
+  logits.resize(size_t(block_ - 1) * V);
+  be_.download(logits.data(), s_->logits, logits.size() * sizeof(float));
+}
+
+void DraftModel::draft_greedy(SequenceStore& st, int seq, int32_t anchor, int limit, std::vector<int32_t>& ids) {
+  const int V = target_.hparams().n_vocab;
+  if (limit <= 0 || limit > V) fail("draft_greedy: id limit {} outside 1..{}", limit, V);
+  run_block(st, seq, anchor);
+  ids.resize(size_t(block_ - 1));
+  be_.argmax_rows(s_->logits, block_ - 1, limit, size_t(V), ids.data());
+}
+
+void DraftModel::run_block(SequenceStore& st, int seq, int32_t anchor) {
   Scratch& s = *s_;
   const int B = block_;
   const size_t E = size_t(hp_.n_embd), V = size_t(target_.hparams().n_vocab);
@@ -192,8 +207,6 @@ void DraftModel::draft(SequenceStore& st, int seq, int32_t anchor, std::vector<f
   // Row 0 is the anchor itself; rows 1..B-1 are the proposals.
   be_.rms_norm(s.x + E, E, output_norm_, B - 1, int(E), hp_.rms_eps, s.lhid, E);
   be_.matmul(target_.lm_head(), s.lhid, B - 1, s.logits);
-  logits.resize(size_t(B - 1) * V);
-  be_.download(logits.data(), s.logits, logits.size() * sizeof(float));
 }
 
 }  // namespace df

@@ -60,8 +60,12 @@ class DraftModel {
   // 1..B-1 are mask tokens. logits receives (B-1) × n_vocab floats: row i predicts the token at
   // position n_past + i.
   void draft(SequenceStore& st, int seq, int32_t anchor, std::vector<float>& logits);
+  // The same block, greedy: ids receives B-1 ids, row i's argmax among ids < limit, computed on
+  // the backend (no logits download).
+  void draft_greedy(SequenceStore& st, int seq, int32_t anchor, int limit, std::vector<int32_t>& ids);
 
  private:
+  void run_block(SequenceStore& st, int seq, int32_t anchor);  // block logits into the scratch
   struct Scratch;
   void bind(const gguf::File& f);
   void layer(const DraftLayerWeights& L, int rows, const SeqKv& seq, const KvLayerView& kv);

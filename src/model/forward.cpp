@@ -160,14 +160,20 @@ void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& 
   // LM head over the rows that asked, max_logit_rows at a time.
   const size_t V = size_t(hp_.n_vocab);
   const int n_logits = int(out.logit_rows.size());
-  out.logits.resize(size_t(n_logits) * V);
+  const bool greedy = out.greedy_only > 0;
+  if (greedy && out.greedy_only > int(V)) fail("greedy_only {} exceeds the vocabulary ({})", out.greedy_only, V);
+  out.logits.resize(greedy ? 0 : size_t(n_logits) * V);
+  out.greedy.resize(greedy ? size_t(n_logits) : 0);
   for (int i0 = 0; i0 < n_logits; i0 += opt_.max_logit_rows) {
     const int n = std::min(opt_.max_logit_rows, n_logits - i0);
     for (int i = 0; i < n; ++i)
       be_.rms_norm(s.x + size_t(out.logit_rows[size_t(i0 + i)]) * E, E, output_norm_, 1, int(E), hp_.rms_eps,
                    s.lhid + size_t(i) * E, E);
     be_.matmul(output_, s.lhid, n, s.logits);
-    be_.download(out.logits.data() + size_t(i0) * V, s.logits, size_t(n) * V * sizeof(float));
+    if (greedy)
+      be_.argmax_rows(s.logits, n, out.greedy_only, V, out.greedy.data() + i0);
+    else
+      be_.download(out.logits.data() + size_t(i0) * V, s.logits, size_t(n) * V * sizeof(float));
   }
 }
 

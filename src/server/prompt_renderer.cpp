@@ -5,16 +5,8 @@
 
 namespace df::server {
 
-namespace {
-// Plain ChatML (the Qwen templates' format for system/user/assistant turns), for model files
-// that carry no template.
-constexpr const char* kChatMl =
-    "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-    "'<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
-}  // namespace
-
 PromptRenderer::PromptRenderer(const std::string& source, std::string bos_token, std::string eos_token)
-    : tmpl_(source.empty() ? std::string(kChatMl) : source, std::move(bos_token), std::move(eos_token)) {}
+    : tmpl_(source.empty() ? jinja::chatml_template() : source, std::move(bos_token), std::move(eos_token)) {}
 
 RenderedPrompt PromptRenderer::render(const ChatRequest& r) const {
   jinja::ChatTemplateInputs in;

@@ -1,9 +1,22 @@
 #include "spec/draft_source.h"
 
+#include <algorithm>
+
 #include "model/target_model.h"
 #include "util/error.h"
 
 namespace df {
+
+void DraftSource::propose_greedy(int32_t anchor, int n, int limit, std::vector<int32_t>& ids) {
+  std::vector<float> logits;
+  propose(anchor, n, logits);
+  const size_t V = n > 0 ? logits.size() / size_t(n) : 0;
+  ids.resize(size_t(n));
+  for (int i = 0; i < n; ++i) {
+    const float* row = logits.data() + size_t(i) * V;
+    ids[size_t(i)] = int32_t(std::max_element(row, row + limit) - row);
+  }
+}
 
 DFlashSource::DFlashSource(DraftModel& draft, TargetModel& target, int ctx)
     : draft_(draft), target_(target), state_(draft.make_state(1, ctx)) {
@@ -16,6 +29,12 @@ void DFlashSource::propose(int32_t anchor, int n, std::vector<float>& logits) {
   if (n > draft_.block_size() - 1) fail("asked for {} drafts from a block of {}", n, draft_.block_size());
   draft_.draft(*state_, seq_, anchor, logits);  // B - 1 rows; the caller wants the first n
   logits.resize(size_t(n) * size_t(target_.hparams().n_vocab));
+}
+
+void DFlashSource::propose_greedy(int32_t anchor, int n, int limit, std::vector<int32_t>& ids) {
+  if (n > draft_.block_size() - 1) fail("asked for {} drafts from a block of {}", n, draft_.block_size());
+  draft_.draft_greedy(*state_, seq_, anchor, limit, ids);  // B - 1 ids; the caller wants the first n
+  ids.resize(size_t(n));
 }
 
 void DFlashSource::reset() { state_->reset(seq_); }

@@ -21,6 +21,9 @@ class DraftSource {
   virtual void on_target_rows(int kept) = 0;
   // Proposal logits for the n tokens after `anchor` (n <= block_size() - 1): n × n_vocab.
   virtual void propose(int32_t anchor, int n, std::vector<float>& logits) = 0;
+  // Greedy proposals: ids receives n ids, each the argmax of its proposal row among ids < limit
+  // (ties to the lowest id). This default downloads the logits; DFlash argmaxes on the backend.
+  virtual void propose_greedy(int32_t anchor, int n, int limit, std::vector<int32_t>& ids);
   // Forget the sequence (a new prompt follows).
   virtual void reset() = 0;
 };
@@ -32,6 +35,7 @@ class DFlashSource final : public DraftSource {
   int block_size() const override { return draft_.block_size(); }
   void on_target_rows(int kept) override;
   void propose(int32_t anchor, int n, std::vector<float>& logits) override;
+  void propose_greedy(int32_t anchor, int n, int limit, std::vector<int32_t>& ids) override;
   void reset() override;
 
  private:

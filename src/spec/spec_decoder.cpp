@@ -45,6 +45,8 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
   Sampler draft_sampler(spec::draft_sampling(opt.sampling), n_sampleable);
   std::mt19937_64 rng(opt.sampling.seed ^ 0x5bd1e995u);
   const bool greedy = opt.sampling.temperature <= 0;
+  // Plain greedy: verify rows come back as argmax ids, not logits (see ForwardOutput).
+  const bool argmax_only = sampler.plain_greedy();
   for (int32_t t : prompt) sampler.accept(t);
 
   // Prefill; every chunk's features go to the drafter.
@@ -95,7 +97,9 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
     const double s0 = now_seconds();
     const int n = drafts_this_step(opt.max_new_tokens - st.generated_tokens);
     drafts.resize(size_t(n));
-    if (n > 0) {
+    if (n > 0 && greedy) {
+      drafts_.propose_greedy(anchor, n, n_sampleable, drafts);
+    } else if (n > 0) {
       drafts_.propose(anchor, n, draft_logits);
       spec::choose_drafts(draft_logits, V, n_sampleable, greedy, draft_sampler, rng, drafts, qs);
     }
@@ -107,11 +111,15 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
       batch_.add_speculative(seq_, p0, anchor);
       for (int i = 0; i < n; ++i) batch_.add_speculative(seq_, p0 + 1 + i, drafts[size_t(i)]);
     }
+    out_.greedy_only = argmax_only ? n_sampleable : 0;
     model_.forward(batch_, *state_, out_);
-    const spec::BlockWalk w = spec::walk_block(out_.logits, V, drafts, qs, greedy, sampler, rng, [&](int32_t d) {
+    out_.greedy_only = 0;
+    auto on_accept = [&](int32_t d) {
       st.accepted_tokens++;
       return emit(d);
-    });
+    };
+    const spec::BlockWalk w = argmax_only ? spec::walk_block_greedy(out_.greedy, drafts, on_accept)
+                                          : spec::walk_block(out_.logits, V, drafts, qs, greedy, sampler, rng, on_accept);
     const int kept = w.kept;
     if (n > 0) model_.commit(*state_, seq_, kept);
     drafts_.on_target_rows(kept);

@@ -88,6 +88,26 @@ BlockWalk walk_block(std::span<const float> logits, size_t n_vocab, std::span<co
   return w;
 }
 
+BlockWalk walk_block_greedy(std::span<const int32_t> target, std::span<const int32_t> drafts,
+                            const std::function<bool(int32_t)>& on_accept) {
+  if (target.size() < drafts.size() + 1)
+    fail("walk_block_greedy: {} drafts but {} target rows", drafts.size(), target.size());
+  BlockWalk w;
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    w.next_row = int(i);
+    if (target[i] != drafts[i]) {
+      w.next = target[i];
+      return w;
+    }
+    ++w.kept;
+    w.next_row = int(i) + 1;
+    if (!on_accept(drafts[i])) return w;
+  }
+  w.next_row = int(drafts.size());
+  w.next = target[drafts.size()];  // every draft accepted: the bonus
+  return w;
+}
+
 SamplingParams draft_sampling(const SamplingParams& p) {
   SamplingParams q = p;
   q.repeat_penalty = 1.0f;

@@ -58,4 +58,12 @@ BlockWalk walk_block(std::span<const float> logits, size_t n_vocab, std::span<co
                      const std::vector<std::vector<float>>& qs, bool greedy, Sampler& sampler,
                      std::mt19937_64& rng, const std::function<bool(int32_t)>& on_accept);
 
+// The greedy walk when the verify forward returned only each row's greedy choice
+// (ForwardOutput::greedy_only): target[i] is row i's choice, n + 1 entries. Accepts drafts while
+// they equal the target's choice; next is the target's choice at next_row (a mismatch or the
+// bonus), left empty only when on_accept ended the walk. Same result as walk_block with greedy
+// sampling and no penalties or bias.
+BlockWalk walk_block_greedy(std::span<const int32_t> target, std::span<const int32_t> drafts,
+                            const std::function<bool(int32_t)>& on_accept);
+
 }  // namespace df::spec

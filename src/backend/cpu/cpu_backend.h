@@ -44,7 +44,7 @@ class CpuBackend final : public Backend {
                       const float* beta, int rows, float* S, float* out, bool chunked, float* row_states) override;
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                       float eps) override;
-  void argmax_rows(const float* x, int rows, int n, int32_t* out_host) override;
+  void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) override;
 
  private:
   ThreadPool pool_;

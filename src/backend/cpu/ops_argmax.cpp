@@ -3,10 +3,10 @@
 
 namespace df {
 
-void CpuBackend::argmax_rows(const float* x, int rows, int n, int32_t* out_host) {
+void CpuBackend::argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) {
   pool_.parallel_for(rows, 1, [&](int64_t b, int64_t e, int) {
     for (int64_t r = b; r < e; ++r) {
-      const float* v = x + r * int64_t(n);
+      const float* v = x + r * int64_t(stride);
       int32_t best_i = 0;
       float best = 0.0f;
       bool found = false;  // a non-NaN value seen

@@ -22,9 +22,9 @@ struct Best {
 // Whether (v, i) beats b: larger value, or the same value at a lower index.
 __device__ __forceinline__ bool beats(float v, int i, const Best& b) { return v > b.v || (v == b.v && i < b.i); }
 
-__global__ void __launch_bounds__(kArgmaxThreads) argmax_k(const float* __restrict__ x, int n, int32_t* __restrict__ out) {
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_k(const float* __restrict__ x, int n, size_t stride, int32_t* __restrict__ out) {
   __shared__ Best part[kArgmaxThreads / kWarp];
-  const float* row = x + int64_t(blockIdx.x) * n;
+  const float* row = x + size_t(blockIdx.x) * stride;
   Best b{-INFINITY, INT_MAX};
   for (int i = threadIdx.x; i < n; i += kArgmaxThreads) {
     const float v = row[i];
@@ -52,8 +52,8 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_k(const float* __restri
 
 }  // namespace
 
-void argmax_rows(const float* x, int rows, int n, int32_t* out, cudaStream_t s) {
-  argmax_k<<<unsigned(rows), kArgmaxThreads, 0, s>>>(x, n, out);
+void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out, cudaStream_t s) {
+  argmax_k<<<unsigned(rows), kArgmaxThreads, 0, s>>>(x, n, stride, out);
 }
 
 }  // namespace df::cuda

@@ -309,9 +309,9 @@ void CudaBackend::gated_rms_norm(float* x, const float* z, const float* w, int r
   check_launch("gated_rms_norm");
 }
 
-void CudaBackend::argmax_rows(const float* x, int rows, int n, int32_t* out_host) {
+void CudaBackend::argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) {
   if (rows <= 0) return;
-  if (n <= 0) fail("argmax_rows: empty rows (n = {})", n);
+  if (n <= 0 || size_t(n) > stride) fail("argmax_rows: bad row (n = {}, stride = {})", n, stride);
   enter();
   if (argmax_cap_ < rows) {
     check(cudaStreamSynchronize(as_stream(stream_)), "argmax_rows (pending work)");
@@ -321,7 +321,7 @@ void CudaBackend::argmax_rows(const float* x, int rows, int n, int32_t* out_host
     check(cudaMalloc(reinterpret_cast<void**>(&argmax_dev_), size_t(rows) * sizeof(int32_t)), "argmax_rows (scratch)");
     argmax_cap_ = rows;
   }
-  cuda::argmax_rows(x, rows, n, argmax_dev_, as_stream(stream_));
+  cuda::argmax_rows(x, rows, n, stride, argmax_dev_, as_stream(stream_));
   check_launch("argmax_rows");
   download(out_host, argmax_dev_, size_t(rows) * sizeof(int32_t));
 }

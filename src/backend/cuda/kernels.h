@@ -67,7 +67,7 @@ void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, in
 void gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g, const float* beta,
                     int rows, float* S, float* out, float* row_states, cudaStream_t s);
 
-// argmax.cu -- out[r] (device) = argmax of row r (ties: lowest index; NaN never wins; 0 if all NaN).
-void argmax_rows(const float* x, int rows, int n, int32_t* out, cudaStream_t s);
+// argmax.cu -- out[r] (device) = argmax of the first n values of row r (x + r * stride) (ties: lowest index; NaN never wins; 0 if all NaN).
+void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out, cudaStream_t s);
 
 }  // namespace df::cuda

@@ -1,0 +1,124 @@
+// SpecPolicy against synthetic step costs and acceptances: the plain warm-up, measuring every
+// width, choosing the width with the lowest cost per committed token (checked against a brute-
+// force optimum computed here from the true acceptance rate and cost model), switching off when
+// speculation costs more per token than plain steps, and re-probing with a doubling wait.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "spec/spec_policy.h"
+
+namespace df {
+namespace {
+
+// Runs a decoder loop against the policy: plain steps cost `plain` seconds; a step verifying n
+// drafts costs fixed + per_draft * n seconds and accepts each draft with probability r (the
+// first rejection ends the walk). Returns how often each width was chosen in the last steps.
+struct Sim {
+  double plain = 1.0, fixed = 1.0, per_draft = 0.0, r = 0.8;
+  std::mt19937_64 rng{7};
+  std::vector<int> run(SpecPolicy& p, int block, int steps, int tail) {
+    std::vector<int> chosen(size_t(block), 0);
+    for (int s = 0; s < steps; ++s) {
+      const int n = p.drafts(block);
+      if (n == 0) {
+        p.record(plain, 1, 0);
+      } else {
+        int acc = 0;
+        while (acc < n && std::uniform_real_distribution<double>(0, 1)(rng) < r) ++acc;
+        p.record(fixed + per_draft * n, 1 + acc, n);
+      }
+      if (s >= steps - tail) chosen[size_t(n)]++;
+    }
+    return chosen;
+  }
+};
+
+// The width (among the policy's candidates) with the lowest true cost per committed token, or 0
+// when a plain step costs less per token than every width.
+int true_best(const SpecPolicy& p, int block, const Sim& sim) {
+  int best = 0;
+  double best_cost = sim.plain;
+  for (int n : p.widths(block)) {
+    double e = 0;
+    for (int k = 0; k <= n; ++k) e += std::pow(sim.r, k);  // 1 + r + ... + r^n
+    const double cost = (sim.fixed + sim.per_draft * n) / e;
+    if (cost < best_cost) best = n, best_cost = cost;
+  }
+  return best;
+}
+
+TEST(SpecPolicy, NotAdaptiveAlwaysDraftsTheWholeBlock) {
+  SpecPolicy p(SpecOptions{false, 64, 0});
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(p.drafts(16), 15);
+    p.record(100.0, 1, 15);  // however slow
+  }
+  EXPECT_EQ(SpecPolicy(SpecOptions{false, 64, 6}).drafts(16), 6);  // --draft-max caps it
+}
+
+TEST(SpecPolicy, WidthsAreNHalfAndQuarter) {
+  SpecPolicy p(SpecOptions{});
+  EXPECT_EQ(p.widths(16), (std::vector<int>{15, 8, 4}));
+  EXPECT_EQ(p.widths(8), (std::vector<int>{7, 4, 2}));
+  EXPECT_EQ(p.widths(3), (std::vector<int>{2, 1}));
+  EXPECT_EQ(p.widths(2), (std::vector<int>{1}));
+}
+
+TEST(SpecPolicy, WarmsUpPlainThenMeasuresEveryWidth) {
+  SpecPolicy p(SpecOptions{});
+  std::vector<int> seq;
+  for (int i = 0; i < 10; ++i) {
+    const int n = p.drafts(16);
+    seq.push_back(n);
+    p.record(n == 0 ? 1.0 : 1.1, n == 0 ? 1 : 4, n);  // speculation pays: 1.1 s for 4 tokens
+  }
+  EXPECT_EQ(seq, (std::vector<int>{0, 0, 15, 15, 15, 15, 8, 8, 4, 4}));
+}
+
+TEST(SpecPolicy, ChoosesTheWidthWithTheLowestCostPerToken) {
+  struct Case {
+    double per_draft, r;
+  };
+  // Flat costs and good drafts: the whole block. Steep costs or weak drafts: narrower, or off.
+  for (const Case c : {Case{0.0, 0.9}, Case{0.02, 0.9}, Case{0.15, 0.6}, Case{0.3, 0.5}, Case{0.05, 0.75}}) {
+    SCOPED_TRACE("per_draft " + std::to_string(c.per_draft) + " r " + std::to_string(c.r));
+    SpecPolicy p(SpecOptions{true, 64, 0});
+    Sim sim;
+    sim.plain = 1.0, sim.fixed = 1.0, sim.per_draft = c.per_draft, sim.r = c.r;
+    const std::vector<int> chosen = sim.run(p, 16, 3000, 500);
+    const int want = true_best(p, 16, sim);
+    // Most of the last 500 steps use the optimum (the rest are periodic re-measurements).
+    EXPECT_GE(chosen[size_t(want)], 400) << "optimum " << want << ": chose it " << chosen[size_t(want)] << " times";
+  }
+}
+
+TEST(SpecPolicy, TurnsOffWhenSlowerThanPlainAndReprobesWithBackoff) {
+  SpecPolicy p(SpecOptions{true, 10, 0});
+  auto step = [&](double spec_seconds) {
+    const int n = p.drafts(8);
+    p.record(n == 0 ? 1.0 : spec_seconds, 1, n);  // nothing ever accepted
+    return n;
+  };
+  int spec = 0, plain = 0;
+  // Warm-up (2 plain), probes (4 + 2 + 2 speculative), then off for 10 tokens.
+  for (int i = 0; i < 2 + 8; ++i) (step(3.0) ? spec : plain)++;
+  EXPECT_EQ(spec, 8);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(step(3.0), 0) << "off for --draft-reprobe tokens";
+  // The re-probe fails too: off for twice as long.
+  for (int i = 0; i < 8; ++i) EXPECT_GT(step(3.0), 0) << "re-probe " << i;
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(step(3.0), 0) << "doubled wait, token " << i;
+  EXPECT_GT(step(3.0), 0);
+}
+
+TEST(SpecPolicy, ResetForgetsEverything) {
+  SpecPolicy p(SpecOptions{});
+  for (int i = 0; i < 20; ++i) p.record(1.0, 1, p.drafts(16));
+  p.reset();
+  EXPECT_EQ(p.drafts(16), 0);  // plain warm-up again
+  EXPECT_DOUBLE_EQ(p.expected_tokens(3), 1 + 0.5 + 0.25 + 0.125);  // the uniform prior again
+}
+
+}  // namespace
+}  // namespace df
