@@ -3,9 +3,10 @@
 # tokens per draft step) on held-out code prompts (bench/prompts/code.txt, raw completion) and
 # chat prompts (bench/prompts/chat.txt, --chat), greedy and temperature 0.7, in one run.
 # Usage: bench/spec_demo.sh [TARGET.gguf DRAFT.gguf] [--max-prompts N] [extra run flags, e.g. --device cuda]
+# The binary is build/deltaflash, or $DELTAFLASH_BIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=build/deltaflash
+BIN=${DELTAFLASH_BIN:-build/deltaflash}
 TARGET=${1:-models/demo/demo-target.gguf}
 DRAFT=${2:-models/demo/demo-drafter.gguf}
 shift $(( $# >= 2 ? 2 : $# ))

@@ -436,7 +436,7 @@ def drafter_stage(args, tok, sp, rows, target, streams, enc, train_items, held_i
         with Phase("drafter data" + (" (smoke)" if smoke else "")):
             target.eval()
             layer_ids = DF.spread_layer_ids(target.config.num_hidden_layers, 3)
-            rng = np.random.default_rng(args.seed + 11)
+            rng = np.random.default_rng(args.data_seed or args.seed + 11)  # eval prompts do not depend on it
             im_end, eot = sp[D.IM_END], sp[D.EOT]
             # hook vs hidden_states (the definition of "output of layer i")
             tap = DF.TargetTap(target, layer_ids)
@@ -559,7 +559,8 @@ def drafter_stage(args, tok, sp, rows, target, streams, enc, train_items, held_i
                 val = [(p + c, len(p)) for p, c in code_pairs + chat_pairs]
                 rec = DF.train_drafter(drafter, target, tap, data, seconds=t_drafter, bs=args.drafter_bs,
                                        anchors=args.drafter_anchors, lr=args.drafter_lr, weight_decay=args.drafter_wd,
-                                       pad_id=eot, seed=args.seed, log=log, val=val, val_every_s=args.val_every)
+                                       pad_id=eot, seed=args.data_seed or args.seed, log=log, val=val,
+                                       val_every_s=args.val_every)
             res["drafter_train"] = rec
             res["drafter_config"] = cfg.hf_json()
 
@@ -758,6 +759,9 @@ def main():
     ap.add_argument("--golden-check", default=os.path.join(HERE, "..", "tests", "data", "demo", "target_golden.json"),
                     help="drafter-only: compare the loaded target with these float64 logits first (exit 4 on a mismatch)")
     ap.add_argument("--golden-tol", type=float, default=0.75, help="largest |delta log-prob| over the golden top-8 ids")
+    ap.add_argument("--data-seed", type=int, default=0,
+                    help="seed of the drafter's generation prompts and training order (default: from --seed); a warm "
+                         "start uses another one so that it sees new data. The corpus split and the eval prompts keep --seed")
     ap.add_argument("--init-drafter", default="", help="HF drafter folder to start the drafter from (warm start)")
     ap.add_argument("--drafter-wd", type=float, default=0.01, help="drafter weight decay (matrices only)")
     ap.add_argument("--drafter-reserve", type=float, default=30,
