@@ -249,8 +249,9 @@ def greedy_generate(target, prompts, n_new, autocast=True):
     dev = prompts.device
     N, S = prompts.shape
     ac = dict(device_type=dev.type, dtype=torch.bfloat16, enabled=autocast and dev.type == "cuda")
-    with torch.autocast(**ac):
-        out = target(input_ids=prompts, position_ids=torch.arange(S, device=dev)[None].expand(N, S), use_cache=True)
+    with torch.autocast(**ac):  # logits of the last prompt position only (N x S x V logits would be GBs)
+        out = target(input_ids=prompts, position_ids=torch.arange(S, device=dev)[None].expand(N, S), use_cache=True,
+                     logits_to_keep=1)
     cache = out.past_key_values
     nxt = out.logits[:, -1].float().argmax(-1)
     toks = [nxt]
@@ -359,53 +360,110 @@ def pad_rows(rows, fill):
     return out
 
 
-def train_drafter(drafter, target, tap, data, *, seconds=None, steps=None, bs=32, anchors=64, lr=6e-4,
-                  gamma=7.0, pad_id=0, seed=0, log=print, log_every=25):
-    """data: list of (ids, start) with start = index of the first target-generated token."""
-    assert (seconds is None) != (steps is None)
+def block_loss(drafter, target, tap, ids, starts, lengths, anchors, gen, gamma):
+    """Weighted block CE and first-draft accuracy of padded rows ids [N, T] at `anchors` random anchors each."""
     c = drafter.config
+    dev = ids.device
+    anc, ok = sample_anchors(starts, lengths, anchors, gen)
+    anc_t = torch.from_numpy(anc).to(dev)
+    logits = drafter_logits(drafter, target, tap, ids, anc_t, c.mask_token_id)
+    lab, w = block_labels(ids, torch.from_numpy(lengths).to(dev), anc_t, c.block_size, gamma)
+    w = w * torch.from_numpy(ok).to(dev).repeat_interleave(c.block_size, dim=1).float()
+    ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1), ignore_index=-100,
+                         reduction="none").reshape(lab.shape)
+    loss = (ce * w).sum() / w.sum().clamp(min=1e-6)
+    with torch.no_grad():
+        l1 = lab[:, 1::c.block_size]
+        acc1 = ((logits[:, 1::c.block_size].argmax(-1) == l1).float() * (l1 >= 0).float()).sum() / \
+            (l1 >= 0).float().sum().clamp(min=1)
+    return loss, acc1
+
+
+@torch.no_grad()
+def validation_loss(drafter, target, tap, val, anchors=64, gamma=7.0, pad_id=0, bs=48, seed=4321):
+    """(loss, first-draft accuracy) on fixed (ids, start) rows with fixed anchors: the held-out learning curve."""
+    if not val:
+        return None
+    was = drafter.training
+    drafter.eval()
+    gen = np.random.default_rng(seed)
     dev = next(drafter.parameters()).device
-    opt = torch.optim.AdamW(drafter.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    tot_l = tot_a = 0.0
+    n = 0
+    for i in range(0, len(val), bs):
+        rows = [r for r, _ in val[i:i + bs]]
+        starts = np.array([s for _, s in val[i:i + bs]])
+        lengths = np.array([len(r) for r in rows])
+        ids = torch.from_numpy(pad_rows(rows, pad_id)).to(dev)
+        loss, acc = block_loss(drafter, target, tap, ids, starts, lengths, anchors, gen, gamma)
+        tot_l += float(loss) * len(rows)
+        tot_a += float(acc) * len(rows)
+        n += len(rows)
+    drafter.train(was)
+    return tot_l / n, tot_a / n
+
+
+def train_drafter(drafter, target, tap, data, *, seconds=None, steps=None, bs=32, anchors=64, lr=6e-4,
+                  weight_decay=0.01, gamma=7.0, pad_id=0, seed=0, log=print, log_every=25, val=None,
+                  val_every_s=20.0, warmup=0.04, min_lr_frac=0.1):
+    """data: list of (ids, start) with start = index of the first target-generated token. Rows are drawn
+    without replacement (a fresh permutation each pass). val: fixed held-out (ids, start) rows whose loss is
+    logged every val_every_s seconds (steps mode: every log_every steps). LR: linear warmup, cosine to
+    min_lr_frac, over the wall-clock budget (seconds) or the step count."""
+    assert (seconds is None) != (steps is None)
+    dev = next(drafter.parameters()).device
+    decay = [p for p in drafter.parameters() if p.ndim >= 2]
+    no_decay = [p for p in drafter.parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
     gen = np.random.default_rng(seed)
     drafter.train()
     t0 = time.time()
-    step, hist, seen = 0, [], 0
+    step, hist, seen, vhist = 0, [], 0, []
+    order, pos, passes = gen.permutation(len(data)), 0, 0
+    next_val = 0.0
     while True:
         frac = (time.time() - t0) / seconds if seconds else step / steps
         if frac >= 1.0:
             break
-        cur = lr * frac / 0.04 if frac < 0.04 else lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (frac - 0.04) / 0.96)))
+        if val and ((seconds and time.time() - t0 >= next_val) or (steps and step % log_every == 0)):
+            vl, va = validation_loss(drafter, target, tap, val, anchors=anchors, gamma=gamma, pad_id=pad_id)
+            vhist.append({"step": step, "t": round(time.time() - t0, 1), "passes": round(seen / max(1, len(data)), 3),
+                          "val_loss": round(vl, 4), "val_acc_k1": round(va, 4)})
+            log(json.dumps(vhist[-1]))
+            next_val = time.time() - t0 + val_every_s
+        cur = lr * frac / warmup if frac < warmup else \
+            lr * (min_lr_frac + (1 - min_lr_frac) * 0.5 * (1 + math.cos(math.pi * (frac - warmup) / (1 - warmup))))
         for g in opt.param_groups:
             g["lr"] = cur
-        pick = gen.integers(0, len(data), size=bs)
+        if pos + bs > len(order):
+            order, pos, passes = gen.permutation(len(data)), 0, passes + 1
+        pick = order[pos:pos + bs]
+        pos += bs
         rows = [data[i][0] for i in pick]
         starts = np.array([data[i][1] for i in pick])
         lengths = np.array([len(r) for r in rows])
         ids = torch.from_numpy(pad_rows(rows, pad_id)).to(dev)
-        anc, ok = sample_anchors(starts, lengths, anchors, gen)
-        anc_t = torch.from_numpy(anc).to(dev)
-        logits = drafter_logits(drafter, target, tap, ids, anc_t, c.mask_token_id)
-        lab, w = block_labels(ids, torch.from_numpy(lengths).to(dev), anc_t, c.block_size, gamma)
-        w = w * torch.from_numpy(ok).to(dev).repeat_interleave(c.block_size, dim=1).float()
-        ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), lab.reshape(-1), ignore_index=-100,
-                             reduction="none").reshape(lab.shape)
-        loss = (ce * w).sum() / w.sum().clamp(min=1e-6)
+        loss, acc1 = block_loss(drafter, target, tap, ids, starts, lengths, anchors, gen, gamma)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
         opt.step()
         step += 1
-        seen += bs
+        seen += len(pick)
         if step % log_every == 0 or step == 1:
-            with torch.no_grad():
-                acc1 = ((logits[:, 1::c.block_size].argmax(-1) == lab[:, 1::c.block_size]).float()
-                        * (lab[:, 1::c.block_size] >= 0).float()).sum() / (lab[:, 1::c.block_size] >= 0).float().sum().clamp(min=1)
             rec = {"step": step, "t": round(time.time() - t0, 1), "lr": round(cur, 7), "loss": round(float(loss), 4),
                    "acc_k1": round(float(acc1), 4), "gnorm": round(float(gn), 3)}
             hist.append(rec)
             log(json.dumps(rec))
-    return {"steps": step, "sequences_seen": seen, "seconds": round(time.time() - t0, 1), "history": hist,
-            "batch": bs, "anchors": anchors, "lr": lr, "gamma": gamma, "seed": seed}
+    if val:
+        vl, va = validation_loss(drafter, target, tap, val, anchors=anchors, gamma=gamma, pad_id=pad_id)
+        vhist.append({"step": step, "t": round(time.time() - t0, 1), "passes": round(seen / max(1, len(data)), 3),
+                      "val_loss": round(vl, 4), "val_acc_k1": round(va, 4)})
+        log(json.dumps(vhist[-1]))
+    return {"steps": step, "sequences_seen": seen, "passes": round(seen / max(1, len(data)), 3),
+            "seconds": round(time.time() - t0, 1), "history": hist, "val_history": vhist, "batch": bs,
+            "anchors": anchors, "lr": lr, "weight_decay": weight_decay, "gamma": gamma, "seed": seed}
 
 
 @torch.no_grad()

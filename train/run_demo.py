@@ -155,14 +155,33 @@ def sample_generations(tok, model, sp, device, prompts, n_new=64):
     return out
 
 
-def gen_pairs(target, prompts, n_new, im_end, device, bs, stop_at_im_end):
-    """(prompt, continuation) pairs; prompts are equal-length lists. Continuations cut after <|im_end|>."""
+def _oom_errors():
+    import torch
+    return tuple(e for e in (getattr(torch.cuda, "OutOfMemoryError", None), getattr(torch, "OutOfMemoryError", None))
+                 if e is not None) or (RuntimeError,)
+
+
+def gen_pairs(target, prompts, n_new, im_end, device, bs, stop_at_im_end, stats=None):
+    """(prompt, continuation) pairs; prompts are equal-length lists. Continuations cut after <|im_end|>.
+    A batch that runs out of GPU memory is split in halves (stats['oom_splits'] counts them)."""
     import torch
     import dflash as DF
     pairs = []
+
+    def run(rows):
+        try:
+            return DF.greedy_generate(target, torch.tensor(rows, device=device), n_new).cpu().numpy()
+        except _oom_errors():
+            if len(rows) < 64:
+                raise
+            torch.cuda.empty_cache()
+            if stats is not None:
+                stats["oom_splits"] = stats.get("oom_splits", 0) + 1
+            h = len(rows) // 2
+            return np.concatenate([run(rows[:h]), run(rows[h:])])
+
     for i in range(0, len(prompts), bs):
-        p = torch.tensor(prompts[i:i + bs], device=device)
-        g = DF.greedy_generate(target, p, n_new).cpu().numpy()
+        g = run(prompts[i:i + bs])
         for row, pr in zip(g, prompts[i:i + bs]):
             row = row.tolist()
             if stop_at_im_end and im_end in row:
@@ -184,6 +203,53 @@ def code_prompts_from_docs(docs, n, length, rng):
 
 def code_prompts_random(stream, n, length, rng):
     return [list(map(int, stream[s:s + length])) for s in rng.integers(0, len(stream) - length, size=n)]
+
+
+def code_prompts_mixed(stream, docs, n, length, rng, start_frac):
+    """n code prompts of `length` tokens: a share start_frac of file starts (the first `length` tokens of random
+    training files, as the held-out evaluation prompts are), the rest random windows of the code stream."""
+    cands = [d for d in docs if len(d) > length + 8]
+    n_start = min(len(cands), int(round(n * start_frac)))
+    rows = code_prompts_random(stream, n - n_start, length, rng)
+    if n_start:
+        rows += [list(map(int, cands[i][:length])) for i in rng.choice(len(cands), size=n_start, replace=False)]
+    return rows
+
+
+class ChatPool:
+    """Training chat conversations, encoded once. A prompt is either the generation prompt of an item (the
+    conversation up to its last assistant turn) or, with probability cut_frac, the whole rendering cut at a random
+    point inside the last assistant turn, so that the target also continues answers mid-way (as a drafter sees
+    them when serving). Items are drawn without replacement until the pool is used up."""
+
+    def __init__(self, tok, items, max_len, im_start, rng):
+        items = [it for it in items if it["kind"] != "retrieval"]
+        enc = getattr(tok, "encode_batch_fast", None) or tok.encode_batch
+        prompts = [e.ids for e in enc([D.prompt_of(it, enable_thinking=False) for it in items], add_special_tokens=False)]
+        fulls = [e.ids for e in enc([D.render_item(it) for it in items], add_special_tokens=False)]
+        self.rows = []
+        for p, f in zip(prompts, fulls):
+            if len(p) > max_len:
+                continue
+            a = max(i for i, t in enumerate(f) if t == im_start) + 2 if im_start in f else len(f)
+            self.rows.append((p, f, a))
+        self.max_len, self.rng = max_len, rng
+        self.order, self.pos, self.passes = rng.permutation(len(self.rows)), 0, 0
+
+    def take(self, n, cut_frac):
+        out = []
+        while len(out) < n:
+            if self.pos >= len(self.order):
+                self.order, self.pos, self.passes = self.rng.permutation(len(self.rows)), 0, self.passes + 1
+            p, f, a = self.rows[self.order[self.pos]]
+            self.pos += 1
+            if self.rng.random() < cut_frac and len(f) - 2 > a:
+                cut = int(self.rng.integers(a + 1, len(f) - 1))
+                q = f[:cut][-self.max_len:]
+                out.append(q)
+            else:
+                out.append(p)
+        return out
 
 
 def chat_prompts(tok, items, n, max_len, rng):
@@ -261,7 +327,7 @@ def run_pipeline(args, corpus, train_items, held_items, retr_train, retr_held, w
         left = args.deadline - el() - args.reserve
         t_target = max(30.0, args.target_share * left)
         t_drafter = max(30.0, left - t_target)
-        t_scorer, t_gen = args.scorer_seconds, args.gen_seconds
+        t_scorer, t_gen = args.scorer_seconds, args.gen_seconds or 35
         if args.target_seconds:
             t_target = args.target_seconds
         if args.drafter_seconds:
@@ -388,35 +454,54 @@ def drafter_stage(args, tok, sp, rows, target, streams, enc, train_items, held_i
             log(f"hook vs hidden_states: {res['hook_vs_hidden_states']}")
             # evaluation pairs (held-out prompts)
             n_eval = 4 if smoke else args.eval_prompts
-            n_new = 24 if smoke else 256
+            n_new = 24 if smoke else args.gen_new
             code_eval = code_prompts_from_docs(enc["hcode_docs"], n_eval, 32 if smoke else 128, random.Random(args.seed))
             cp = chat_prompts(tok, held_items, n_eval, 192, rng)
             L = max(len(p) for p in cp)
             t = time.time()
-            code_pairs = gen_pairs(target, code_eval, n_new, im_end, dev, 256, False)
-            chat_pairs = gen_pairs(target, left_pad(cp, L, eot), n_new, im_end, dev, 256, True)
+            n_eval_new = 24 if smoke else 256
+            code_pairs = gen_pairs(target, code_eval, n_eval_new, im_end, dev, 256, False)
+            chat_pairs = gen_pairs(target, left_pad(cp, L, eot), n_eval_new, im_end, dev, 256, True)
             res["eval_gen_s"] = round(time.time() - t, 1)
             # training data: target-generated continuations of held-in prompts
-            data, t, n_tok, nb = [], time.time(), 0, 0
+            pool = ChatPool(tok, train_items[:400] if smoke else train_items, 160, sp[D.IM_START], rng)
+            data, kinds, t, n_tok, nb = [], [], time.time(), 0, 0
             gb = 8 if smoke else args.gen_batch
+            gstats = {"code_batches": 0, "chat_batches": 0, "code_tokens": 0, "chat_tokens": 0}
+            docs = enc["code"]
+            batch_s = []
             while True:
                 if smoke and nb >= 2:
                     break
-                if not smoke and (time.time() - t > t_gen or nb >= 200):
+                # stop when the budget is spent, or when the next batch (as long as the slowest so far) would overrun
+                if not smoke and nb and (time.time() - t + max(batch_s) > t_gen or nb >= 400):
                     break
-                if nb % 5 in (0, 2, 4):
-                    pr = code_prompts_random(streams.code, gb, 24 if smoke else 96, rng)
-                    pairs = gen_pairs(target, pr, n_new, im_end, dev, gb, False)
+                tb = time.time()
+                chat = rng.random() < args.gen_chat_frac if not smoke else nb % 2 == 1
+                if not chat:
+                    length = 24 if smoke else int(rng.choice([48, 64, 96, 128]))
+                    pr = code_prompts_mixed(streams.code, docs, gb, length, rng, args.code_start_frac)
+                    pairs = gen_pairs(target, pr, n_new, im_end, dev, gb, False, gstats)
                 else:
-                    start = int(rng.integers(0, max(1, len(train_items) - 4 * gb)))
-                    cp2 = chat_prompts(tok, train_items[start:], gb, 160, rng)
-                    pairs = gen_pairs(target, left_pad(cp2, max(len(p) for p in cp2), eot), n_new, im_end, dev, gb, True)
+                    cp2 = pool.take(gb, args.chat_cut_frac)
+                    pairs = gen_pairs(target, left_pad(cp2, max(len(p) for p in cp2), eot), n_new, im_end, dev, gb, True,
+                                      gstats)
+                k = "chat" if chat else "code"
                 for p, c in pairs:
                     data.append((p + c, len(p)))
+                    kinds.append(k)
                     n_tok += len(c)
+                    gstats[k + "_tokens"] += len(c)
+                gstats[k + "_batches"] += 1
                 nb += 1
+                batch_s.append(time.time() - tb)
+                if not smoke:
+                    log(f"gen batch {nb} ({k}): {len(pairs)} x {n_new} in {batch_s[-1]:.1f} s, "
+                        f"{n_tok / (time.time() - t):.0f} tok/s so far, {n_tok} tokens")
+            gstats["chat_pool"] = {"items": len(pool.rows), "passes": pool.passes}
             res["drafter_data"] = {"sequences": len(data), "generated_tokens": n_tok, "batches": nb,
-                                   "seconds": round(time.time() - t, 1),
+                                   "seconds": round(time.time() - t, 1), "batch": gb, "new_tokens": n_new,
+                                   "tokens_per_s": round(n_tok / max(1e-6, time.time() - t)), **gstats,
                                    "eval_code_pairs": len(code_pairs), "eval_chat_pairs": len(chat_pairs),
                                    "mean_chat_continuation": float(np.mean([len(c) for _, c in chat_pairs]))}
             log(json.dumps(res["drafter_data"]))
@@ -431,6 +516,15 @@ def drafter_stage(args, tok, sp, rows, target, streams, enc, train_items, held_i
                                   rope_theta=args.rope_theta, max_position_embeddings=4096, block_size=16)
             drafter = DF.DFlashDrafter(cfg)
             drafter.init_weights(args.seed + 21)
+            if args.init_drafter and not smoke:
+                sd = DF.load_safetensors(os.path.join(args.init_drafter, "model.safetensors"))
+                with open(os.path.join(args.init_drafter, "config.json")) as fh:
+                    icfg = json.load(fh)
+                if DF.DFlashConfig.from_hf_json(icfg) != cfg:
+                    raise RuntimeError(f"--init-drafter {args.init_drafter}: config differs from this drafter's")
+                drafter.load_state_dict({k: v.float() for k, v in sd.items()})
+                res["init_drafter"] = args.init_drafter
+                log(f"drafter initialized from {args.init_drafter}")
             drafter.to(dev)
             for p in target.parameters():
                 p.requires_grad_(False)
@@ -456,16 +550,26 @@ def drafter_stage(args, tok, sp, rows, target, streams, enc, train_items, held_i
             res["drafter_params"] = sum(p.numel() for p in drafter.parameters())
             if smoke:
                 rec = DF.train_drafter(drafter, target, tap, data, steps=3, bs=4, anchors=8, pad_id=eot, seed=args.seed,
-                                       log=log, log_every=1)
+                                       log=log, log_every=1, val=[(p + c, len(p)) for p, c in code_pairs[:2]])
             else:
+                if not t_drafter:
+                    t_drafter = max(20.0, args.deadline - el() - args.drafter_reserve)
+                res["drafter_seconds"] = round(t_drafter, 1)
+                log(f"drafter training budget {t_drafter:.1f} s")
+                val = [(p + c, len(p)) for p, c in code_pairs + chat_pairs]
                 rec = DF.train_drafter(drafter, target, tap, data, seconds=t_drafter, bs=args.drafter_bs,
-                                       anchors=args.drafter_anchors, lr=args.drafter_lr, pad_id=eot, seed=args.seed, log=log)
+                                       anchors=args.drafter_anchors, lr=args.drafter_lr, weight_decay=args.drafter_wd,
+                                       pad_id=eot, seed=args.seed, log=log, val=val, val_every_s=args.val_every)
             res["drafter_train"] = rec
             res["drafter_config"] = cfg.hf_json()
 
         with Phase("tau"):
             res["tau_code"] = DF.measure_tau(drafter, target, tap, code_pairs)
             res["tau_chat"] = DF.measure_tau(drafter, target, tap, chat_pairs)
+            # the same measure on sequences it trained on (code batches): the generalization gap
+            tr = [(r[:s0], r[s0:]) for (r, s0), k in zip(data, kinds) if k == "code"][:len(code_pairs)]
+            res["tau_train_seqs"] = DF.measure_tau(drafter, target, tap, tr)
+            log(f"tau on {len(tr)} training sequences {res['tau_train_seqs']['tau']:.3f}")
             log(f"tau code {res['tau_code']['tau']:.3f}  chat {res['tau_chat']['tau']:.3f}")
             log(f"accepted at k (code): {res['tau_code']['accepted_at_k']}")
 
@@ -516,30 +620,86 @@ def drafter_stage(args, tok, sp, rows, target, streams, enc, train_items, held_i
             res["stage2_parts"] = pack(stage2, out_dir, "stage2")
 
 
+def stage1_from_gguf(gguf, st1):
+    """The stage-1 layout run_drafter_only reads (tokenizer/ and target-hf/), rebuilt from the committed GGUF by
+    train/gguf_to_hf.py: the dequantized Q8_0 target in float32, its config and its tokenizer."""
+    import gguf_to_hf as G2H
+    hf = os.path.join(st1, "target-hf")
+    cfg, src, g = G2H.gguf_to_hf(gguf, hf, "f32", log=log)
+    os.makedirs(os.path.join(st1, "tokenizer"), exist_ok=True)
+    copy_tokenizer(hf, os.path.join(st1, "tokenizer"))
+    return {"gguf": gguf, "general.name": g.meta.get("general.name"), "tensors": len(src),
+            "q8_0_tensors": sum(1 for n in src.values() if g.q8_0_scales(n) is not None)}
+
+
+def check_target_golden(target, golden_path, dev):
+    """The loaded target vs the committed float64 transformers logits of the original bf16 checkpoint
+    (tests/data/demo/target_golden.json): top-1 agreement, agreement where the golden margin is over 0.5 nats, and
+    the largest |delta log-prob| over the golden top-8 ids. Float32, TF32 off."""
+    import torch
+    with open(golden_path) as fh:
+        gold = json.load(fh)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    n = agree = conf = conf_agree = 0
+    worst = 0.0
+    target.eval()
+    with torch.no_grad():
+        for sq in gold["sequences"]:
+            x = torch.tensor(sq["tokens"], device=dev)[None]
+            lp = torch.log_softmax(target(input_ids=x, use_cache=False).logits[0].double(), -1).cpu()
+            for i, (ids, lps) in enumerate(zip(sq["top_ids"], sq["top_logprobs"])):
+                top1 = int(lp[i].argmax())
+                n += 1
+                agree += top1 == ids[0]
+                if lps[0] - lps[1] > 0.5:
+                    conf += 1
+                    conf_agree += top1 == ids[0]
+                worst = max(worst, max(abs(float(lp[i, j]) - v) for j, v in zip(ids, lps)))
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    return {"positions": n, "top1_agree": agree, "confident_positions": conf, "confident_agree": conf_agree,
+            "max_abs_dlogprob_top8": round(worst, 4)}
+
+
 def run_drafter_only(args):
-    """The drafter part alone, on a target trained earlier (--drafter-only STAGE1_DIR holding tokenizer/ and
-    target-hf/ as packed by a full run): corpus prompts, a drafter smoke pass, then the real drafter run."""
+    """The drafter part alone, on a target trained earlier: --drafter-only STAGE1_DIR holding tokenizer/ and
+    target-hf/ as packed by a full run, or --drafter-only-gguf GGUF (rebuilt by gguf_to_hf.py). Corpus prompts,
+    a drafter smoke pass, then the real drafter run."""
     import torch
     import tokenizers
     import transformers
     import demo_lm as LM
-    st1 = args.drafter_only
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if args.drafter_only_gguf:
+        with Phase("stage1 from gguf"):
+            args.drafter_only = os.path.join(args.work, "stage1")
+            SUMMARY["gguf_to_hf"] = stage1_from_gguf(args.drafter_only_gguf, args.drafter_only)
+    st1 = args.drafter_only
     with Phase("load stage1 + corpus"):
         tok = tokenizers.Tokenizer.from_file(os.path.join(st1, "tokenizer", "tokenizer.json"))
         sp = D.special_ids(tok)
         rows = D.embedding_rows(tok.get_vocab_size())
         target = transformers.Qwen3_5ForCausalLM.from_pretrained(os.path.join(st1, "target-hf"), dtype=torch.float32).to(dev)
+        if args.golden_check and os.path.exists(args.golden_check):
+            gc = check_target_golden(target, args.golden_check, dev)
+            SUMMARY["target_vs_golden"] = gc
+            log(f"target vs {args.golden_check}: {json.dumps(gc)}")
+            if gc["confident_agree"] < gc["confident_positions"] or gc["max_abs_dlogprob_top8"] > args.golden_tol:
+                SUMMARY["errors"].append(f"target differs from the golden logits: {gc}")
+                write_summary(args.out)
+                log("TARGET CHECK FAILED")
+                sys.exit(4)
         corpus = D.build_corpus(seed=args.seed, total_cap=args.corpus_bytes, workers=args.workers, log=log)
         train_items = D.chat_items(corpus["train"], args.seed, args.chat_items, max_per_file=25, workers=args.workers,
-                                   small_talk_copies=args.chat_items // 20, max_parse_bytes=60_000_000)
+                                   small_talk_copies=args.chat_items // 20, max_parse_bytes=150_000_000)
         held_items = D.chat_items(corpus["heldout"], args.seed + 1, 1500, max_per_file=25, workers=args.workers)
         eot = sp[D.EOT]
-        enc = {"code": D.encode_texts(tok, [x for _, _, x in corpus["train"][:4000]], eot),
+        enc = {"code": D.encode_texts(tok, [x for _, _, x in corpus["train"][:args.code_files]], eot),
                "hcode_docs": D.encode_texts(tok, [x for _, _, x in corpus["heldout"]], eot)}
         streams = LM.Streams(LM.Streams.flat(enc["code"]), np.zeros(0, dtype=np.int32), [], eot)
         SUMMARY["drafter_only_inputs"] = {"stage1": st1, "train_items": len(train_items), "held_items": len(held_items),
-                                          "code_tokens": int(len(streams.code)), "target_params": LM.n_params(target)}
+                                          "code_files": len(enc["code"]), "code_tokens": int(len(streams.code)),
+                                          "target_params": LM.n_params(target)}
         log(json.dumps(SUMMARY["drafter_only_inputs"]))
     if not args.skip_smoke:
         with Phase("smoke"):
@@ -554,10 +714,12 @@ def run_drafter_only(args):
                 write_summary(args.out)
                 sys.exit(3)
         log("smoke passed")
+        if args.smoke_only:
+            return
     res = {}
     SUMMARY["real"] = res
     drafter_stage(args, tok, sp, rows, target, streams, enc, train_items, held_items, st1,
-                  os.path.join(args.work, "real", "stage2"), args.out, False, args.gen_seconds,
+                  os.path.join(args.work, "real", "stage2"), args.out, False, args.gen_seconds or 120,
                   args.drafter_seconds, res)
 
 
@@ -571,7 +733,8 @@ def main():
     ap.add_argument("--target-seconds", type=float, default=0)
     ap.add_argument("--drafter-seconds", type=float, default=0)
     ap.add_argument("--scorer-seconds", type=float, default=40)
-    ap.add_argument("--gen-seconds", type=float, default=35)
+    ap.add_argument("--gen-seconds", type=float, default=0,
+                    help="generation budget of the drafter data (default: 35 s in a full run, 120 s drafter-only)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--rope-theta", type=float, default=1e5)
     ap.add_argument("--lr-target", type=float, default=2e-3)
@@ -581,14 +744,31 @@ def main():
     ap.add_argument("--chat-items", type=int, default=30_000)
     ap.add_argument("--retrieval-items", type=int, default=2000)
     ap.add_argument("--eval-prompts", type=int, default=48)
-    ap.add_argument("--gen-batch", type=int, default=768)
+    ap.add_argument("--gen-batch", type=int, default=8192, help="prompts per greedy generation batch")
     ap.add_argument("--drafter-layers", type=int, default=3)
-    ap.add_argument("--drafter-bs", type=int, default=32)
-    ap.add_argument("--drafter-anchors", type=int, default=48)
+    ap.add_argument("--drafter-bs", type=int, default=64)
+    ap.add_argument("--drafter-anchors", type=int, default=96)
     ap.add_argument("--drafter-lr", type=float, default=6e-4)
     ap.add_argument("--skip-smoke", action="store_true")
     ap.add_argument("--smoke-only", action="store_true")
     ap.add_argument("--drafter-only", default="", help="STAGE1_DIR: train only the drafter on that target")
+    ap.add_argument("--drafter-only-gguf", default="",
+                    help="GGUF: train only the drafter, on the target rebuilt from this file by gguf_to_hf.py "
+                         "(e.g. models/demo/qwen35-demo-target-q8_0.gguf)")
+    ap.add_argument("--golden-check", default=os.path.join(HERE, "..", "tests", "data", "demo", "target_golden.json"),
+                    help="drafter-only: compare the loaded target with these float64 logits first (exit 4 on a mismatch)")
+    ap.add_argument("--golden-tol", type=float, default=0.75, help="largest |delta log-prob| over the golden top-8 ids")
+    ap.add_argument("--init-drafter", default="", help="HF drafter folder to start the drafter from (warm start)")
+    ap.add_argument("--drafter-wd", type=float, default=0.01, help="drafter weight decay (matrices only)")
+    ap.add_argument("--drafter-reserve", type=float, default=30,
+                    help="drafter-only without --drafter-seconds: seconds kept after training (tau, save, pack)")
+    ap.add_argument("--gen-new", type=int, default=256, help="tokens the target generates per training sequence")
+    ap.add_argument("--gen-chat-frac", type=float, default=0.4, help="share of generation batches with chat prompts")
+    ap.add_argument("--chat-cut-frac", type=float, default=0.5,
+                    help="share of chat prompts cut inside the assistant answer instead of at its start")
+    ap.add_argument("--code-start-frac", type=float, default=0.25, help="share of code prompts that are file starts")
+    ap.add_argument("--code-files", type=int, default=6000, help="drafter-only: training files encoded for prompts")
+    ap.add_argument("--val-every", type=float, default=20, help="seconds between held-out drafter loss checks")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 4)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -605,7 +785,7 @@ def main():
                            "tokenizers": tokenizers.__version__, "python": sys.version.split()[0],
                            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
     log(json.dumps(SUMMARY["versions"]))
-    if args.drafter_only:
+    if args.drafter_only or args.drafter_only_gguf:
         try:
             run_drafter_only(args)
         except KeyboardInterrupt:
