@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 
 #include "engine/generator.h"
 #include "gguf/gguf.h"
@@ -125,6 +127,58 @@ TEST_F(Cli, BenchJson) {
   const auto j = nlohmann::json::parse(run_command(kBin + " bench -m " + model_ + " -p 32 -n 8 -r 2 --json 2>/dev/null"));
   EXPECT_GT(j.at("prompt_tok_s").get<double>(), 0);
   EXPECT_GT(j.at("gen_tok_s").get<double>(), 0);
+}
+
+TEST_F(Cli, KvTypeQ8_0) {
+  // --kv-type q8_0 reaches the model: greedy text equals the library's with a q8_0 cache, and
+  // its logits differ from both the f32 and the f16 cache's, within a bound (below). Bad values
+  // and head dims that are not whole q8_0 blocks give clear errors.
+  const std::string a = run_command(kBin + " run -m " + model_ + " -p 'abc def' -n 16 --temp 0 --kv-type q8_0 2>/dev/null");
+  auto file = gguf::File::open(model_);
+  auto be = make_cpu_backend(1);
+  ModelOptions mo;
+  mo.kv_type = GgmlType::Q8_0;
+  TargetModel tm(*file, *be, mo);
+  Tokenizer tok(Vocab::from_gguf(*file));
+  Generator gen(tm, &tok, 256);
+  GenerateOptions opt;
+  opt.max_new_tokens = 16;
+  opt.sampling.temperature = 0;
+  std::string text = "abc def";
+  StreamDecoder dec(tok);
+  gen.generate(tok.encode("abc def"), opt, [&](int32_t t) {
+    if (!tok.is_eog(t)) text += dec.push(t);
+    return true;
+  });
+  text += dec.flush();
+  EXPECT_EQ(a, text + "\n");
+
+  const std::string toks = "1,5,9,200,33,7,8,120,64,3,2,1,90,91,92,93,94";
+  std::map<std::string, std::vector<float>> lg;
+  for (const char* t : {"q8_0", "f16", "f32"}) {
+    const std::string out = dir_->file(std::string("kv_") + t + ".f32");
+    run_command(kBin + " logits -m " + model_ + " --tokens " + toks + " --kv-type " + t + " --out " + out);
+    lg[t] = test::read_f32_file(out);
+  }
+  const auto &q = lg["q8_0"], &f = lg["f32"];
+  ASSERT_EQ(q.size(), f.size());
+  EXPECT_NE(q, f) << "--kv-type q8_0 gave the f32 cache's logits exactly";
+  EXPECT_NE(q, lg["f16"]) << "--kv-type q8_0 gave the f16 cache's logits exactly";
+  // This model's 8-bit activations (q8_0 weights) turn any K/V rounding into activation
+  // quantization flips: the f16 cache moves these logits as much (max |d| / (1 + |ref|) 0.28,
+  // relative L2 1.9e-2; q8_0: 0.21, 2.0e-2). So the bound is the relative L2 one that
+  // test_cuda_ops.cpp allows for 8-bit-activation noise, 0.1.
+  double d2 = 0, r2 = 0;
+  for (size_t i = 0; i < q.size(); ++i) d2 += (double(q[i]) - f[i]) * (double(q[i]) - f[i]), r2 += double(f[i]) * f[i];
+  EXPECT_LT(std::sqrt(d2 / r2), 0.1) << "--kv-type q8_0 logits, relative L2 error against the f32 cache";
+
+  auto [out, rc] = run_failing(kBin + " run -m " + model_ + " -p hi --kv-type q4_0");
+  EXPECT_EQ(WEXITSTATUS(rc), 1) << out;
+  EXPECT_NE(out.find("--kv-type must be f16, f32 or q8_0, not 'q4_0'"), std::string::npos) << out;
+  run_command(kBin + " make-model --arch qwen3 --shape tiny --type q8_0 --head-dim 48 --seed 5 -o " + dir_->file("hd48.gguf"));
+  auto [out2, rc2] = run_failing(kBin + " run -m " + dir_->file("hd48.gguf") + " -p hi --kv-type q8_0");
+  EXPECT_EQ(WEXITSTATUS(rc2), 1) << out2;
+  EXPECT_NE(out2.find("multiples of 32"), std::string::npos) << out2;
 }
 
 TEST_F(Cli, BadInputGivesClearErrors) {

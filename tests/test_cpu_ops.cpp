@@ -32,6 +32,7 @@
 #include "quant/quantize.h"
 #include "quant/types.h"
 #include "support/reference_ops.h"
+#include "util/error.h"
 
 namespace df {
 namespace {
@@ -857,7 +858,11 @@ TEST_P(CpuOps, RopeNeox) {
 
 // ---------------------------------------------------------------------------------------------
 // kv_store + attention over a paged cache, with f16 storage (the default: values rounded to
-// nearest-even f16, checked bit-for-bit) and f32 storage (exact copies).
+// nearest-even f16, checked bit-for-bit), f32 storage (exact copies) and q8_0 storage (each
+// token row exactly the bytes quantize_row(Q8_0) writes: 34-byte blocks, f16 scale amax/127,
+// int8 quants rounded half away from zero). The attention reference uses the values the stored
+// bytes represent (for q8_0, q * d: exact in double and in float), so every type has the same
+// tolerance: only the arithmetic differs, not the inputs.
 
 struct PagedCache {
   GgmlType type = GgmlType::F16;
@@ -865,31 +870,55 @@ struct PagedCache {
   std::vector<int32_t> table;      // logical block -> physical block (a shuffled, non-identity map)
   std::vector<uint8_t> k0, v0;     // initial raw contents: finite garbage (+-1000..30000)
   std::vector<double> kref, vref;  // logical [pos][kv head][dim], stored (rounded) values written so far
+  std::vector<std::vector<uint8_t>> kraw, vraw;  // per logical position: the bytes its row must hold
   std::vector<bool> written;       // per logical position
-  size_t esize() const { return type == GgmlType::F32 ? 4 : 2; }
   size_t tok() const { return size_t(n_head_kv) * head_dim; }
-  size_t phys_index(int pos) const {
-    return (size_t(table[size_t(pos / block_tokens)]) * block_tokens + size_t(pos % block_tokens)) * tok();
+  size_t tok_bytes() const { return row_size(type, int64_t(tok())); }
+  size_t phys_offset(int pos) const {
+    return (size_t(table[size_t(pos / block_tokens)]) * block_tokens + size_t(pos % block_tokens)) * tok_bytes();
   }
-  // The raw bits an element holding value x must have, and the value it then represents.
-  uint32_t bits_of(float x) const { return type == GgmlType::F32 ? float_bits(x) : ref::f16_bits(x); }
-  double stored(float x) const { return type == GgmlType::F32 ? double(x) : ref::f16_value(ref::f16_bits(x)); }
-  uint32_t raw(const std::vector<uint8_t>& buf, size_t i) const {
+  // Encodes one token row (tok() floats) as the cache must store it (raw, tok_bytes()) and the
+  // values those bytes represent (val, tok()).
+  void encode(const float* x, uint8_t* raw, double* val) const {
+    const size_t n = tok();
     if (type == GgmlType::F32) {
-      uint32_t b;
-      std::memcpy(&b, &buf[i * 4], 4);
-      return b;
+      std::memcpy(raw, x, n * 4);
+      for (size_t i = 0; i < n; ++i) val[i] = x[i];
+    } else if (type == GgmlType::F16) {
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = ref::f16_bits(x[i]);
+        std::memcpy(raw + 2 * i, &h, 2);
+        val[i] = ref::f16_value(h);
+      }
+    } else {  // Q8_0
+      quantize_row(GgmlType::Q8_0, x, raw, int64_t(n));
+      for (size_t b = 0; b < n / 32; ++b) {
+        uint16_t d;
+        std::memcpy(&d, raw + 34 * b, 2);
+        for (size_t j = 0; j < 32; ++j) val[32 * b + j] = double(int8_t(raw[34 * b + 2 + j])) * ref::f16_value(d);
+      }
     }
-    uint16_t h;
-    std::memcpy(&h, &buf[i * 2], 2);
-    return h;
   }
-  void set_raw(std::vector<uint8_t>& buf, size_t i, uint32_t b) const {
+  // Finite garbage of magnitude 1000..30000 for one token row.
+  void garbage(uint8_t* raw, Rng& rng) const {
+    const size_t n = tok();
+    auto big = [&] { return float((rng.integer(0, 1) ? 1 : -1) * rng.uniform(1000, 30000)); };
     if (type == GgmlType::F32) {
-      std::memcpy(&buf[i * 4], &b, 4);
-    } else {
-      const auto h = uint16_t(b);
-      std::memcpy(&buf[i * 2], &h, 2);
+      for (size_t i = 0; i < n; ++i) {
+        const float f = big();
+        std::memcpy(raw + 4 * i, &f, 4);
+      }
+    } else if (type == GgmlType::F16) {
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = ref::f16_bits(big());
+        std::memcpy(raw + 2 * i, &h, 2);
+      }
+    } else {  // scales 8..236, quants of magnitude >= 125: values ~1000..30000
+      for (size_t b = 0; b < n / 32; ++b) {
+        const uint16_t d = ref::f16_bits(std::fabs(big()) / 127.0);
+        std::memcpy(raw + 34 * b, &d, 2);
+        for (size_t j = 0; j < 32; ++j) raw[34 * b + 2 + j] = uint8_t(int8_t((rng.integer(0, 1) ? 1 : -1) * rng.integer(125, 127)));
+      }
     }
   }
 };
@@ -906,15 +935,17 @@ PagedCache make_cache(GgmlType type, int n_head_kv, int head_dim, int max_pos, R
   std::shuffle(perm.begin(), perm.end(), rng.g);
   if (n_logical >= 1 && perm[0] == 0) std::swap(perm[0], perm[size_t(c.n_phys - 1)]);  // never the identity
   c.table.assign(perm.begin(), perm.begin() + n_logical);
-  const size_t n = size_t(c.n_phys) * c.block_tokens * c.tok();
-  c.k0.resize(n * c.esize());
-  c.v0.resize(n * c.esize());
-  for (size_t i = 0; i < n; ++i) {
-    c.set_raw(c.k0, i, c.bits_of(float((rng.integer(0, 1) ? 1 : -1) * rng.uniform(1000, 30000))));
-    c.set_raw(c.v0, i, c.bits_of(float((rng.integer(0, 1) ? 1 : -1) * rng.uniform(1000, 30000))));
+  const size_t slots = size_t(c.n_phys) * c.block_tokens, tb = c.tok_bytes();
+  c.k0.resize(slots * tb);
+  c.v0.resize(slots * tb);
+  for (size_t i = 0; i < slots; ++i) {
+    c.garbage(&c.k0[i * tb], rng);
+    c.garbage(&c.v0[i * tb], rng);
   }
   c.kref.assign(size_t(n_logical * c.block_tokens) * c.tok(), 0.0);
   c.vref.assign(c.kref.size(), 0.0);
+  c.kraw.assign(size_t(n_logical * c.block_tokens), {});
+  c.vraw.assign(c.kraw.size(), {});
   c.written.assign(size_t(n_logical * c.block_tokens), false);
   return c;
 }
@@ -933,56 +964,73 @@ class AttentionHarness {
     seq_.n_blocks = int(c.table.size());
   }
 
-  // Stores rows of random K/V at the given positions (and records the stored values).
+  // Stores rows of random K/V at the given positions (and records the stored values and bytes).
   void store(const std::vector<int32_t>& pos, Rng& rng, double k_scale) {
     const int rows = int(pos.size());
     std::vector<float> k(rows * c_.tok()), v(rows * c_.tok());
     for (auto& f : k) f = float(rng.normal(k_scale));
     for (auto& f : v) f = float(rng.normal(1.0));
-    if (rows > 0) {  // exact f16 ties and f16-subnormal values in the first row: rounding must be RNE
+    if (rows > 0 && c_.type != GgmlType::Q8_0) {  // exact f16 ties and f16-subnormal values: rounding must be RNE
       k[0] = float(1.0 + 0x1p-11);        // tie -> 1.0
       k[1] = float(1.0 + 3 * 0x1p-11);    // tie -> 1 + 2^-9
       v[0] = 1e-6f;                       // f16 subnormal
       v[1] = -float(0x1p-25 * 3);         // tie between 1 and 2 quanta of 2^-24 -> 2 (even)
+    }
+    if (rows > 0 && c_.type == GgmlType::Q8_0) {
+      // K block 0: amax 127/32 makes d = 1/32 and 1/d = 32, both exact, so x / d is exact: halves
+      // of both signs round away from zero, the float just below a half rounds down. K block 1:
+      // d = 1/8 and x / d = j - 16.5, a half for every element. (Scaled down so that these keys do
+      // not dominate the softmax: weights that underflow fp32 are outside the tolerance model.)
+      const float ties[8] = {127.0f, 0.5f, -0.5f, 1.5f, -2.5f, 0.49999997f, 0.0f, -126.5f};
+      for (int j = 0; j < 32; ++j) k[size_t(j)] = j < 8 ? ties[j] / 32 : float(rng.uniform(-3.9, 3.9));
+      for (int j = 0; j < 32; ++j) k[size_t(32 + j)] = j < 31 ? (float(j) - 16.5f) / 8 : 127.0f / 8;
+      for (int j = 0; j < 32; ++j) v[size_t(j)] = 0.0f;            // V block 0: all zero (d = 0, 1/d taken as 0)
+      for (int j = 32; j < 64; ++j) v[size_t(j)] = float(rng.normal(5e-7));  // V block 1: d below f16's subnormals
     }
     Dev<float> dkk(be_, k), dvv(be_, v);
     Dev<int32_t> dpos(be_, pos);
     be_.kv_store(view_, seq_, dkk.p(), dvv.p(), dpos.p(), rows);
     be_.synchronize();
     for (int r = 0; r < rows; ++r) {
-      const size_t dst = size_t(pos[size_t(r)]) * c_.tok();
-      for (size_t e = 0; e < c_.tok(); ++e) {
-        c_.kref[dst + e] = c_.stored(k[r * c_.tok() + e]);
-        c_.vref[dst + e] = c_.stored(v[r * c_.tok() + e]);
-      }
-      c_.written[size_t(pos[size_t(r)])] = true;
+      const size_t p = size_t(pos[size_t(r)]), dst = p * c_.tok();
+      c_.kraw[p].assign(c_.tok_bytes(), 0);
+      c_.vraw[p].assign(c_.tok_bytes(), 0);
+      c_.encode(&k[r * c_.tok()], c_.kraw[p].data(), &c_.kref[dst]);
+      c_.encode(&v[r * c_.tok()], c_.vraw[p].data(), &c_.vref[dst]);
+      c_.written[p] = true;
+    }
+    if (rows > 0 && c_.type == GgmlType::Q8_0) {  // the expected bytes themselves, spelled out for the special blocks
+      const auto& kb = c_.kraw[size_t(pos[0])];
+      const auto& vb = c_.vraw[size_t(pos[0])];
+      const int8_t want_q[8] = {127, 1, -1, 2, -3, 0, 0, -127};
+      EXPECT_EQ(kb[0] | kb[1] << 8, 0x2800) << "q8_0 K block 0 scale is not f16(1/32)";
+      for (int j = 0; j < 8; ++j) EXPECT_EQ(int8_t(kb[size_t(2 + j)]), want_q[j]) << "q8_0 K block 0 quant " << j;
+      EXPECT_EQ(kb[34] | kb[35] << 8, 0x3000) << "q8_0 K block 1 scale is not f16(1/8)";
+      for (int j = 0; j < 32; ++j)
+        EXPECT_EQ(int8_t(kb[size_t(36 + j)]), j == 31 ? 127 : j <= 16 ? j - 17 : j - 16) << "q8_0 K block 1 quant " << j;
+      for (size_t b = 0; b < 34; ++b) EXPECT_EQ(vb[b], 0) << "q8_0 V block 0 (all zero) byte " << b;
+      EXPECT_EQ(vb[34] | vb[35] << 8, 0) << "q8_0 V block 1: d ~ 1e-8 must round to the f16 zero";
     }
   }
 
-  // The physical cache must hold exactly the stored values at the mapped slots, garbage elsewhere.
+  // The physical cache must hold exactly the stored bytes at the mapped slots, garbage elsewhere.
   void check_cache(Cmp& cmp) {
     const auto k = dk_.get(), v = dv_.get();
-    const size_t n = k.size() / c_.esize();
-    std::vector<int> owner(n, -1);  // logical position stored at each physical element
+    const size_t tb = c_.tok_bytes(), slots = k.size() / tb;
+    std::vector<int> owner(slots, -1);  // logical position stored at each physical slot
     for (size_t p = 0; p < c_.written.size(); ++p)
-      if (c_.written[p])
-        for (size_t e = 0; e < c_.tok(); ++e) owner[c_.phys_index(int(p)) + e] = int(p);
-    for (size_t i = 0; i < n; ++i) {
+      if (c_.written[p]) owner[c_.phys_offset(int(p)) / tb] = int(p);
+    for (size_t i = 0; i < slots; ++i) {
       const int p = owner[i];
       for (int which = 0; which < 2; ++which) {
-        const uint32_t got = c_.raw(which ? v : k, i);
-        uint32_t want;
-        if (p < 0) {
-          want = c_.raw(which ? c_.v0 : c_.k0, i);
-        } else {
-          const size_t e = i - c_.phys_index(p);
-          // kref/vref hold exactly representable values, so converting back gives the stored bits.
-          want = c_.bits_of(float(which ? c_.vref[size_t(p) * c_.tok() + e] : c_.kref[size_t(p) * c_.tok() + e]));
-        }
-        if (got != want) {
+        const uint8_t* got = (which ? v : k).data() + i * tb;
+        const uint8_t* want = p < 0 ? (which ? c_.v0 : c_.k0).data() + i * tb : (which ? c_.vraw : c_.kraw)[size_t(p)].data();
+        if (std::memcmp(got, want, tb) != 0) {
+          size_t b = 0;
+          while (got[b] == want[b]) ++b;
           std::ostringstream os;
-          os << (which ? "V" : "K") << " cache element " << i << " (logical pos " << p << "): bits " << std::hex << got
-             << ", want " << want;
+          os << (which ? "V" : "K") << " cache slot " << i << " (logical pos " << p << "): byte " << b << " is "
+             << int(got[b]) << ", want " << int(want[b]);
           cmp.fail(os.str());
         }
       }
@@ -1074,7 +1122,7 @@ struct AttnCase {
 void run_attention_cases(Backend& be, const AttnCase& ac, uint64_t seed) {
   for (int P : ac.lengths) {
     SCOPED_TRACE(at({{"head_dim", ac.head_dim}, {"n_head", ac.n_head}, {"n_head_kv", ac.n_head_kv}, {"P", P}}) +
-                 (ac.type == GgmlType::F32 ? " kv f32" : " kv f16"));
+                 " kv " + type_name(ac.type));
     Rng rng(seed + uint64_t(P));
     PagedCache cache = make_cache(ac.type, ac.n_head_kv, ac.head_dim, P, rng);
     AttentionHarness hz(be, cache);
@@ -1119,6 +1167,30 @@ TEST_P(CpuOps, AttentionHd128Mha4x4) { run_attention_cases(be(), {128, 4, 4, {15
 TEST_P(CpuOps, AttentionHd256Mha4x4) { run_attention_cases(be(), {256, 4, 4, {17}}, 600); }
 TEST_P(CpuOps, AttentionF32KvHd256Gqa8x2) { run_attention_cases(be(), {256, 8, 2, {1, 17, 100}, GgmlType::F32}, 700); }
 TEST_P(CpuOps, AttentionF32KvHd128Gqa16x8) { run_attention_cases(be(), {128, 16, 8, {16, 515}, GgmlType::F32}, 800); }
+TEST_P(CpuOps, AttentionQ8KvHd256Gqa8x2) { run_attention_cases(be(), {256, 8, 2, {1, 17, 100}, GgmlType::Q8_0}, 900); }
+TEST_P(CpuOps, AttentionQ8KvHd128Gqa16x8) { run_attention_cases(be(), {128, 16, 8, {16, 515}, GgmlType::Q8_0}, 1000); }
+TEST_P(CpuOps, AttentionQ8KvHd128Mha4x4) { run_attention_cases(be(), {128, 4, 4, {15}, GgmlType::Q8_0}, 1100); }
+
+// A q8_0 cache needs whole 32-element blocks per head; other head dims are refused, not misread.
+TEST_P(CpuOps, Q8KvRejectsHeadDimNotMultipleOf32) {
+  std::vector<uint8_t> buf(4096);
+  std::vector<int32_t> table = {0};
+  std::vector<float> x(2 * 80, 1.0f);
+  std::vector<int32_t> pos = {0};
+  Dev<uint8_t> k(be(), buf), v(be(), buf);
+  Dev<int32_t> t(be(), table), p(be(), pos);
+  Dev<float> dx(be(), x), out(be(), x);
+  const KvLayerView view{k.p(), v.p(), 16, 2, 80, GgmlType::Q8_0};
+  const SeqKv seq{t.p(), 1};
+  EXPECT_THROW(be().kv_store(view, seq, dx.p(), dx.p(), p.p(), 1), Error);
+  EXPECT_THROW(be().attention(dx.p(), 160, 80, 1, p.p(), 2, view, seq, 0.1f, out.p()), Error);
+  EXPECT_THROW(check_kv_type(GgmlType::Q8_0, 80), Error);
+  EXPECT_THROW(check_kv_type(GgmlType::Q4_0, 128), Error);
+  EXPECT_NO_THROW(check_kv_type(GgmlType::Q8_0, 64));
+  const KvLayerView v128{nullptr, nullptr, 16, 2, 128, GgmlType::Q8_0};
+  EXPECT_EQ(v128.token_bytes(), 2u * 4 * 34);
+  EXPECT_EQ(v128.head_bytes(), 4u * 34);
+}
 
 // ---------------------------------------------------------------------------------------------
 // conv1d_silu. y_c(t) = silu(sum_j w_c[j] x_c(t-K+1+j)) with the state as left context.

@@ -1,9 +1,14 @@
 // Model-level properties that need no peer: the chunked (prefill) and recurrent (decode)
 // DeltaNet paths give the same logits through the whole model; an MTP block stored in the file
-// does not change the main model's output; bad batches are rejected without touching state.
+// does not change the main model's output; bad batches are rejected without touching state; a
+// q8_0 KV cache stays close to the exact f32 one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <iomanip>
+#include <iostream>
 
 #include "gguf/gguf.h"
 #include "model/target_model.h"
@@ -108,6 +113,147 @@ TEST(Model, InvalidBatchesAreRejected) {
   b.add(s0, 0, 5, true);
   tm.forward(b, *st, out);
   EXPECT_EQ(st->get(s0).n_past, 1);
+}
+
+// ---- KV cache types ----
+
+struct GreedyRun {
+  std::vector<float> prompt_logits;             // every prompt row
+  std::vector<int32_t> gen;                     // greedy continuation
+  std::vector<std::vector<float>> step_logits;  // the logits that chose gen[i]
+  size_t kv_bytes = 0;
+};
+
+int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+// Prompt in one batch (every row wants logits), then greedy decode one token per forward.
+GreedyRun run_greedy(TargetModel& tm, const std::vector<int32_t>& prompt, int n_gen) {
+  auto st = tm.make_state(1, int(prompt.size()) + n_gen + 1);
+  const int seq = st->create();
+  GreedyRun run;
+  run.kv_bytes = st->kv()->bytes();
+  Batch b;
+  ForwardOutput out;
+  for (size_t i = 0; i < prompt.size(); ++i) b.add(seq, int(i), prompt[i], true);
+  tm.forward(b, *st, out);
+  run.prompt_logits = out.logits;
+  const size_t V = size_t(tm.hparams().n_vocab);
+  std::vector<float> last(out.logits.end() - ptrdiff_t(V), out.logits.end());
+  for (int i = 0; i < n_gen; ++i) {
+    const int32_t next = argmax(last);
+    run.gen.push_back(next);
+    run.step_logits.push_back(last);
+    b.clear();
+    b.add(seq, int(prompt.size()) + i, next, true);
+    tm.forward(b, *st, out);
+    last = out.logits;
+  }
+  return run;
+}
+
+// max |a - b| / (1 + |b|)
+double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
+  double mx = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    mx = std::max(mx, std::fabs(double(a[i]) - b[i]) / (1 + std::fabs(double(b[i]))));
+  return mx;
+}
+
+// ||a - b|| / ||b||
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double d2 = 0, r2 = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    d2 += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    r2 += double(b[i]) * b[i];
+  }
+  return std::sqrt(d2 / std::max(r2, 1e-300));
+}
+
+double top2_gap(std::vector<float> v) {
+  std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
+  return double(v[0]) - v[1];
+}
+
+// q8_0 against f32 K/V on the same f32-weight model (so the cache is the only difference),
+// with the f16 cache as the yardstick of how much this model amplifies K/V rounding.
+// Per element, f16 rounds x by at most 2^-11 |x| (RMS ~2^-12 |x|); q8_0 by at most
+// amax (0.5/127 + 2^-11) ~ 4.4e-3 amax of its 32-element block (RMS ~ amax / (127 sqrt 12)
+// ~ 2.3e-3 amax), where amax ~ 2-2.5 RMS(x) for Gaussian-like rows: ~20-30x f16's noise. Checks:
+//   relative L2 error of the prompt logits < 64 x the f16 cache's (2-3x margin on that ratio);
+//   max |d| / (1 + |logit|) < 0.2 over prompt and decode-step logits: the tiny random models
+//   amplify input noise ~10x (see test_cuda_ops.cpp), 10 x 4.4e-3 x (up to ~4 rounded layers);
+//   greedy continuations identical unless they part at a near-tie (top-2 gap of the f32-cache
+//   logits within twice that bound).
+// Measured (printed as [kv-q8_0]): qwen35 max 2.2e-2, rel L2 1.6e-3 (f16: 7.6e-4, 6.0e-5);
+// qwen3 max 9.9e-2, rel L2 6.7e-3 (f16: 3.2e-3, 3.1e-4); greedy 64/64 identical for both.
+class KvQ8Model : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(KvQ8Model, StaysCloseToExactCacheAndGreedyAgrees) {
+  const std::string arch = GetParam();
+  TempDir dir;
+  run_command(std::string(DELTAFLASH_BIN) + " make-model --arch " + arch + " --shape tiny --type f32 --seed 5 -o " +
+              dir.file("m.gguf"));
+  auto f = gguf::File::open(dir.file("m.gguf"));
+  auto be = make_cpu_backend(2);
+  ModelOptions o32, o16, o8;
+  o32.kv_type = GgmlType::F32;
+  o8.kv_type = GgmlType::Q8_0;
+  TargetModel m32(*f, *be, o32), m16(*f, *be, o16), m8(*f, *be, o8);
+  const int V = m32.hparams().n_vocab;
+  std::vector<int32_t> prompt(40);  // >= 32 rows: the chunked DeltaNet path for qwen35
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % size_t(V));
+  constexpr int kGen = 64;
+  const GreedyRun r32 = run_greedy(m32, prompt, kGen), r16 = run_greedy(m16, prompt, kGen), r8 = run_greedy(m8, prompt, kGen);
+
+  // The caches really are of their types: q8_0 is 34/32 bytes per element, f16 2, f32 4.
+  EXPECT_EQ(r8.kv_bytes * 64, r32.kv_bytes * 17) << "q8_0 cache is not 34 bytes per 32 elements";
+  EXPECT_EQ(r16.kv_bytes * 2, r32.kv_bytes);
+
+  constexpr double kBound = 0.2;
+  const double p8 = max_rel(r8.prompt_logits, r32.prompt_logits), p16 = max_rel(r16.prompt_logits, r32.prompt_logits);
+  const double l8 = rel_l2(r8.prompt_logits, r32.prompt_logits), l16 = rel_l2(r16.prompt_logits, r32.prompt_logits);
+  EXPECT_LT(p8, kBound) << arch << ": prompt logits, q8_0 vs f32 KV cache";
+  EXPECT_LT(l8, 64 * l16) << arch << ": prompt logits (relative L2), q8_0 vs f32 KV cache, against f16's error";
+  EXPECT_GT(p8, 0.0) << arch << ": a q8_0 cache that changes nothing did not quantize";
+
+  auto first_diff = [](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+    size_t i = 0;
+    while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+    return int(i);
+  };
+  const int d8 = first_diff(r8.gen, r32.gen), d16 = first_diff(r16.gen, r32.gen);
+  double s8 = 0;  // steps' logits while the continuations agree (the same inputs on both sides)
+  for (int i = 0; i < std::min(d8 + 1, kGen); ++i) s8 = std::max(s8, max_rel(r8.step_logits[size_t(i)], r32.step_logits[size_t(i)]));
+  EXPECT_LT(s8, kBound) << arch << ": decode-step logits, q8_0 vs f32 KV cache";
+  if (d8 < kGen) {
+    const auto& ref = r32.step_logits[size_t(d8)];
+    const double scale = 1 + std::fabs(double(*std::max_element(ref.begin(), ref.end())));
+    EXPECT_LT(top2_gap(ref), 2 * kBound * scale)
+        << arch << ": q8_0-cache greedy output parts from the f32 cache's at step " << d8 << " where the choice was not a near-tie";
+  }
+  std::cout << "[kv-q8_0] " << arch << std::scientific << std::setprecision(2) << ": prompt max_rel q8_0 " << p8
+            << " (f16 " << p16 << "), rel_l2 q8_0 " << l8 << " (f16 " << l16 << "), steps max_rel q8_0 " << s8 << ", greedy same " << d8 << "/" << kGen << " (f16 "
+            << d16 << "/" << kGen << ")" << std::defaultfloat << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, KvQ8Model, ::testing::Values("qwen35", "qwen3"));
+
+TEST(Model, Q8KvCacheNeedsHeadDimsOfWholeBlocks) {
+  TempDir dir;
+  run_command(std::string(DELTAFLASH_BIN) + " make-model --arch qwen3 --shape tiny --type f32 --head-dim 48 --seed 5 -o " +
+              dir.file("m.gguf"));
+  auto f = gguf::File::open(dir.file("m.gguf"));
+  auto be = make_cpu_backend(1);
+  ModelOptions o8;
+  o8.kv_type = GgmlType::Q8_0;
+  try {
+    TargetModel tm(*f, *be, o8);
+    ADD_FAILURE() << "a q8_0 cache with head dim 48 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiples of 32"), std::string::npos) << e.what();
+  }
+  ModelOptions o16;
+  EXPECT_NO_THROW(TargetModel(*f, *be, o16));
 }
 
 }  // namespace

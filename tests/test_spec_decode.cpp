@@ -38,7 +38,7 @@ struct Pair {
   std::unique_ptr<TargetModel> target;
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<Generator> gen;  // the plain-decoding reference, reused across prompts
-  explicit Pair(const std::string& arch = "qwen35") {
+  explicit Pair(const std::string& arch = "qwen35", GgmlType kv_type = ModelOptions{}.kv_type) {
     const std::string bin = DELTAFLASH_BIN;
     run_command(bin + " make-model --arch " + arch + " --shape tiny --type q8_0 --seed 31 -o " + dir.file("t.gguf"));
     run_command(bin + " make-model --arch qwen35-dflash-draft --target " + dir.file("t.gguf") +
@@ -46,7 +46,9 @@ struct Pair {
     target_file = gguf::File::open(dir.file("t.gguf"));
     draft_file = gguf::File::open(dir.file("d.gguf"));
     be = make_cpu_backend(1);  // ctest runs tests side by side on small machines
-    target = std::make_unique<TargetModel>(*target_file, *be, ModelOptions{});
+    ModelOptions mo;
+    mo.kv_type = kv_type;  // the drafter's cache takes the target's type too
+    target = std::make_unique<TargetModel>(*target_file, *be, mo);
     tok = std::make_unique<Tokenizer>(Vocab::from_gguf(*target_file));
     gen = std::make_unique<Generator>(*target, tok.get(), 256);
   }
@@ -258,6 +260,27 @@ TEST(SpecDecode, EosInsideBlockStopsLikePlain) {
       break;
     }
   EXPECT_GT(found, 0) << "no bias made the model stop early; the test did not run";
+}
+
+TEST(SpecDecode, GreedyWithQ8KvCacheEqualsPlain) {
+  // A q8_0 cache quantizes each token row on its own, so the K/V bytes a verify pass writes for
+  // a row are those plain decoding writes for it: speculation stays exact (target and drafter
+  // both on q8_0 caches).
+  for (const char* arch : {"qwen35", "qwen3"}) {
+    Pair p(arch, GgmlType::Q8_0);
+    ASSERT_EQ(p.target->options().kv_type, GgmlType::Q8_0);
+    DraftModel draft(*p.draft_file, *p.target, 8);
+    DFlashSource src(draft, *p.target, 256);
+    for (int i = 0; i < 12; ++i) {
+      SCOPED_TRACE(std::string(arch) + " prompt " + std::to_string(i));
+      const auto prompt = prompt_of(i + 500);
+      const GenerateOptions o = greedy(24 + i % 5);
+      const auto ref = plain(p, prompt, o);
+      EXPECT_EQ(speculative(p, src, prompt, o), ref);
+      ScriptedSource good(8, p.target->hparams().n_vocab, prompt, ref, 5);  // long acceptances
+      EXPECT_EQ(speculative(p, good, prompt, o), ref);
+    }
+  }
 }
 
 TEST(SpecDecode, AttentionOnlyTargetEqualsPlain) {

@@ -29,7 +29,10 @@ struct GdnShape {
 };
 
 // One attention layer's paged KV storage: K and V, [block][slot in block][kv head][dim], as
-// f16 (default) or f32 (exact; used for tight parity checks).
+// f16 (default), f32 (exact; used for tight parity checks) or q8_0 (34-byte blocks of 32
+// elements, the weight format: f16 scale amax/127, 32 int8; head_dim a multiple of 32, so each
+// head row is whole blocks). A token's row is token_bytes() bytes; head h starts h * head_bytes()
+// into it.
 struct KvLayerView {
   void* k = nullptr;
   void* v = nullptr;
@@ -37,7 +40,13 @@ struct KvLayerView {
   int n_head_kv = 0, head_dim = 0;
   GgmlType type = GgmlType::F16;
   size_t token_stride() const { return size_t(n_head_kv) * head_dim; }  // elements per token
+  size_t head_bytes() const { return row_size(type, head_dim); }
+  size_t token_bytes() const { return row_size(type, int64_t(token_stride())); }
 };
+
+// Throws df::Error unless `type` can hold a KV cache of this head dim: F16, F32, or Q8_0 when
+// head_dim is a multiple of its 32-element block (each head row is then whole blocks).
+void check_kv_type(GgmlType type, int head_dim);
 
 // Where a sequence's tokens live: block_table[pos / block_tokens] is the block of position pos.
 struct SeqKv {

@@ -58,7 +58,10 @@ std::unique_ptr<Backend> make_backend(const LoadOptions& opt) {
 void add_backend_flags(CLI::App* cmd, LoadOptions& opt) {
   cmd->add_option("--device", opt.device, "auto (cuda when a GPU is present), cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("-t,--threads", opt.threads, "CPU threads (0 = all cores)")->capture_default_str();
-  cmd->add_option("--kv-type", opt.kv_type, "KV cache type: f16 or f32 (exact)")->capture_default_str();
+  cmd->add_option("--kv-type", opt.kv_type,
+                  "KV cache type: f16, f32 (exact) or q8_0 (34 bytes per 32 elements, ~half of f16; "
+                  "head dims multiple of 32)")
+      ->capture_default_str();
 }
 
 LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
@@ -68,8 +71,10 @@ LoadedModel load_model(const std::string& path, const LoadOptions& opt) {
     mo.kv_type = GgmlType::F16;
   } else if (opt.kv_type == "f32") {
     mo.kv_type = GgmlType::F32;
+  } else if (opt.kv_type == "q8_0") {
+    mo.kv_type = GgmlType::Q8_0;
   } else {
-    fail("--kv-type must be f16 or f32, not '{}'", opt.kv_type);
+    fail("--kv-type must be f16, f32 or q8_0, not '{}'", opt.kv_type);
   }
   LoadedModel m = load_tokenizer(path);
   m.backend = make_backend(opt);

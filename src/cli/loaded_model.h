@@ -26,7 +26,7 @@ struct LoadedModel {
 struct LoadOptions {
   std::string device = "auto";  // auto (cuda when a GPU is present, else cpu) | cpu | cuda[:N]
   int threads = 0;              // CPU threads, 0 = all cores
-  std::string kv_type = "f16";  // KV cache storage: f16 | f32
+  std::string kv_type = "f16";  // KV cache storage: f16 | f32 | q8_0
   int max_batch_rows = 512;     // largest prefill chunk
   bool progress = true;         // progress bar while loading
   bool profile = false;         // wrap the backend in a ProfilingBackend (bench)

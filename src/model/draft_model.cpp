@@ -31,6 +31,7 @@ DraftModel::DraftModel(const gguf::File& file, TargetModel& target, int block_si
     fail("draft block {} is outside 2..{} (the drafter was trained with blocks of {})", block_size, hp_.block_size,
          hp_.block_size);
   block_ = block_size ? block_size : hp_.block_size;
+  check_kv_type(target.options().kv_type, hp_.head_dim);  // the drafter's cache takes the target's type
   bind(file);
   target_.set_feature_layers(hp_.target_layer_ids);
 

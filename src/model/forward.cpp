@@ -37,6 +37,7 @@ TargetModel::TargetModel(const gguf::File& file, Backend& be, const ModelOptions
     : hp_(HParams::from_gguf(file)), be_(be), opt_(opt) {
   if (opt_.max_batch_rows < 1 || opt_.max_logit_rows < 1) fail("model options: batch sizes must be positive");
   bind(file);
+  if (n_attn_ > 0) check_kv_type(opt_.kv_type, hp_.head_dim);  // at load, not at the first make_state
   const size_t R = size_t(opt_.max_batch_rows), E = size_t(hp_.n_embd);
   const size_t HD = size_t(hp_.n_head) * hp_.head_dim, KVD = size_t(hp_.n_head_kv) * hp_.head_dim;
   const GdnShape g = gdn_shape();

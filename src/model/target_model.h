@@ -39,7 +39,7 @@ struct LayerWeights {
 struct ModelOptions {
   int max_batch_rows = 512;  // largest Batch a forward accepts (prefill chunk size)
   int max_logit_rows = 32;   // rows of logits computed per LM-head product (scratch size, not a limit)
-  GgmlType kv_type = GgmlType::F16;  // KV cache storage: F16 (default) or F32
+  GgmlType kv_type = GgmlType::F16;  // KV cache storage: F16 (default), F32 (exact) or Q8_0
 };
 
 class TargetModel {

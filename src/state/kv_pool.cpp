@@ -7,9 +7,9 @@ namespace df {
 KvPool::KvPool(Backend& be, int n_layers, int n_blocks, int block_tokens, int n_head_kv, int head_dim, GgmlType type)
     : be_(be), n_layers_(n_layers), n_blocks_(n_blocks), block_tokens_(block_tokens), n_head_kv_(n_head_kv),
       head_dim_(head_dim), type_(type) {
-  if (type != GgmlType::F16 && type != GgmlType::F32) fail("KV cache type {} is not supported (f16, f32)", type_name(type));
-  const size_t elem = type == GgmlType::F32 ? sizeof(float) : sizeof(uint16_t);
-  const size_t per_layer = size_t(n_blocks) * block_tokens * n_head_kv * head_dim * elem;
+  check_kv_type(type, head_dim);
+  // Bytes per token row from the type table (Q8_0: 34 bytes per 32 elements).
+  const size_t per_layer = size_t(n_blocks) * block_tokens * row_size(type, int64_t(n_head_kv) * head_dim);
   for (int i = 0; i < n_layers; ++i) {
     k_.push_back(be_.alloc(per_layer));
     v_.push_back(be_.alloc(per_layer));

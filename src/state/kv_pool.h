@@ -10,7 +10,7 @@ namespace df {
 
 class KvPool {
  public:
-  // type: F16 or F32.
+  // type: F16, F32 or Q8_0 (checked by check_kv_type, backend/backend.h).
   KvPool(Backend& be, int n_layers, int n_blocks, int block_tokens, int n_head_kv, int head_dim, GgmlType type);
   ~KvPool();
   KvPool(const KvPool&) = delete;

@@ -248,6 +248,7 @@ void CudaBackend::rope_neox(float* x, size_t row_stride, size_t head_stride, int
 void CudaBackend::kv_store(const KvLayerView& kv, const SeqKv& seq, const float* k, const float* v,
                            const int32_t* pos, int rows) {
   if (rows <= 0) return;
+  check_kv_type(kv.type, kv.head_dim);
   enter();
   const int32_t* table = device_block_table(seq);
   cuda::kv_store(kv, table, seq.n_blocks, k, v, pos, rows, as_stream(stream_));
@@ -261,6 +262,7 @@ void CudaBackend::attention(const float* q, size_t q_row_stride, size_t q_head_s
   if (kv.n_head_kv <= 0 || n_head % kv.n_head_kv != 0)
     fail("attention: {} query heads do not group over {} KV heads", n_head, kv.n_head_kv);
   if (rows > 65535) fail("attention: {} rows exceed the 65535 rows of one launch", rows);
+  check_kv_type(kv.type, kv.head_dim);
   enter();
   const int32_t* table = device_block_table(seq);
   cuda::attention(q, q_row_stride, q_head_stride, rows, pos, n_head, kv, table, seq.n_blocks, scale, out,
