@@ -928,7 +928,9 @@ class DequantizedCpu final : public Backend {
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int nh, int dim, float eps) override {
     cpu_->gated_rms_norm(x, z, w, rows, nh, dim, eps);
   }
-  void argmax_rows(const float* x, int rows, int n, int32_t* out) override { cpu_->argmax_rows(x, rows, n, out); }
+  void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out) override {
+    cpu_->argmax_rows(x, rows, n, stride, out);
+  }
 
  private:
   std::unique_ptr<Backend> cpu_;
@@ -1047,7 +1049,9 @@ TEST_P(CudaModel, LogitsAndGreedyMatchCpu) {
   const bool tensor_cores = std::string(mc.type) != "f32" && std::string(mc.type) != "bf16";
   EXPECT_LT(mx_32, tensor_cores ? 5e-2 : 2e-3) << tag << ": prompt logits vs the f32 CPU, f32 KV cache";
   EXPECT_LT(mx_r, tensor_cores ? 5e-2 : 5e-3) << tag << ": prompt logits vs the f32 CPU, f16 KV cache";
-  if (tensor_cores) EXPECT_LT(l2_32, 5e-3) << tag << ": prompt logits vs the f32 CPU (relative L2), f32 KV cache";
+  if (tensor_cores) {
+    EXPECT_LT(l2_32, 5e-3) << tag << ": prompt logits vs the f32 CPU (relative L2), f32 KV cache";
+  }
   // q8_0 cache: equal inputs give equal bytes on both sides (kv_store is bit-exact), but a K or
   // V element that comes out a little apart can land in the next q8_0 step, a jump of amax/127
   // of its block (f16: 2^-11 of the element); with tensor cores' f16 inputs such flips are
