@@ -2,16 +2,23 @@
 # Speculative decoding on the demo pair: plain vs --draft decode tok/s and tau (mean committed
 # tokens per draft step) on held-out code prompts (bench/prompts/code.txt, raw completion) and
 # chat prompts (bench/prompts/chat.txt, --chat), greedy and temperature 0.7, in one run.
-# Usage: bench/spec_demo.sh [TARGET.gguf DRAFT.gguf] [--max-prompts N] [extra run flags, e.g. --device cuda]
-# The binary is build/deltaflash, or $DELTAFLASH_BIN.
+# Usage: bench/spec_demo.sh [TARGET.gguf DRAFT.gguf] [--max-prompts N] [--bin PATH]
+#                           [extra run flags, e.g. --device cuda]
+# --bin: the deltaflash binary (default build/deltaflash).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${DELTAFLASH_BIN:-build/deltaflash}
-TARGET=${1:-models/demo/demo-target.gguf}
-DRAFT=${2:-models/demo/demo-drafter.gguf}
+BIN=build/deltaflash
+TARGET=${1:-models/demo/qwen35-demo-target-q8_0.gguf}
+DRAFT=${2:-models/demo/qwen35-demo-drafter-q8_0.gguf}
 shift $(( $# >= 2 ? 2 : $# ))
 MAX_PROMPTS=1000
-if [ "${1:-}" = "--max-prompts" ]; then MAX_PROMPTS=$2; shift 2; fi
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --max-prompts) MAX_PROMPTS=$2; shift 2 ;;
+    --bin) BIN=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
 N=128
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

@@ -255,9 +255,8 @@ if [ "$SPEC" = 1 ]; then
   } >"$LOG/spec_27b.txt" 2>&1 || spec_rc=$?
   rm -f "$MODEL_DIR/t27.gguf" "$MODEL_DIR/d27.gguf"
   echo "gpu-check: 27B speculation bench rc=$spec_rc ($(elapsed))"
-  mkdir -p build && ln -sfn "../$BUILD/deltaflash" build/deltaflash
   timeout $(( $(left) - 15 )) bench/spec_demo.sh models/demo/qwen35-demo-target-q8_0.gguf \
-    models/demo/qwen35-demo-drafter-q8_0.gguf --max-prompts 5 --device cuda >"$LOG/spec_demo.txt" 2>&1 || spec_rc=$?
+    models/demo/qwen35-demo-drafter-q8_0.gguf --max-prompts 5 --bin "$BUILD/deltaflash" --device cuda >"$LOG/spec_demo.txt" 2>&1 || spec_rc=$?
   echo "gpu-check: demo-pair speculation rc=$spec_rc ($(elapsed))"
 fi
 
