@@ -15,7 +15,10 @@
 #include "gguf/gguf.h"
 #include "model/draft_model.h"
 #include "model/target_model.h"
+#include "spec/draft_source.h"
+#include "spec/spec_decoder.h"
 #include "support/subprocess.h"
+#include "tokenizer/tokenizer.h"
 
 namespace df {
 namespace {
@@ -80,6 +83,68 @@ TEST(DemoDrafter, BlockLogitsMatchFloat64Reference) {
               agree);
   EXPECT_LE(worst, 0.5) << "drafter logits drift beyond Q8_0 rounding";
   EXPECT_GT(confident, 0) << "no confident row: the fixture tests nothing";
+}
+
+// The live speculative loop against the procedure that measures tau offline (train/dflash.py):
+// for each verify step of a greedy SpecDecoder run, a fresh drafter that ingests the target
+// features of every earlier row (from one plain forward of the final sequence) drafts the
+// block after the step's anchor; its drafts must be accepted exactly as far as the live ones
+// were. A drafter context that drifts in the live loop (positions, windows, rows ingested
+// twice or not at all) lowers acceptance without breaking exactness; this catches it. Features
+// from a 16-row verify and from one long forward differ by fp32 rounding, so a step may part
+// at a near-tie: at least 90% of the steps must agree.
+TEST(DemoDrafter, LiveAcceptanceEqualsTeacherForcedAcceptance) {
+  const std::string models = std::string(DELTAFLASH_SOURCE_DIR) + "/models/demo/";
+  std::ifstream sin(std::string(DELTAFLASH_TEST_DATA) + "/demo/samples.json");
+  const nlohmann::json samples = nlohmann::json::parse(sin);
+  auto tf = gguf::File::open(models + "qwen35-demo-target-q8_0.gguf");
+  auto dfile = gguf::File::open(models + "qwen35-demo-drafter-q8_0.gguf");
+  auto be = make_cpu_backend(1);
+  TargetModel tm(*tf, *be, ModelOptions{});
+  const Tokenizer tok(Vocab::from_gguf(*tf));
+  DraftModel dm(*dfile, tm);
+  DFlashSource src(dm, tm, 512);
+  SpecDecoder dec(tm, src, &tok, 512, SpecOptions{false, 64, 0});
+  const int n_sampleable = std::min(tm.hparams().n_vocab, tok.n_vocab());
+  int steps = 0, agree = 0, live_acc = 0, forced_acc = 0;
+  for (const auto& s : samples) {
+    const std::vector<int32_t> prompt = s["prompt_ids"].get<std::vector<int32_t>>();
+    GenerateOptions o;
+    o.max_new_tokens = 96;
+    o.sampling.temperature = 0;
+    std::vector<int32_t> seq = prompt;
+    const GenerateStats st = dec.generate(prompt, o, [&](int32_t t) {
+      seq.push_back(t);
+      return true;
+    });
+    ASSERT_GT(st.draft_steps, 0);
+    // Target features of every row of the final sequence, from one plain forward.
+    auto ts = tm.make_state(1, int(seq.size()) + 8);
+    const int tseq = ts->create();
+    Batch b;
+    for (size_t i = 0; i < seq.size(); ++i) b.add(tseq, int(i), seq[i], i + 1 == seq.size());
+    ForwardOutput out;
+    tm.forward(b, *ts, out);
+    const float* feats = tm.features();
+    size_t p = prompt.size();  // the first anchor: the first generated token
+    std::vector<int32_t> ids;
+    for (size_t j = 0; j < st.step_drafts.size(); ++j) {
+      auto ds = dm.make_state(1, 512);
+      const int dseq = ds->create();
+      dm.ingest(*ds, dseq, feats, int(p));
+      dm.draft_greedy(*ds, dseq, seq[p], n_sampleable, ids);
+      int m = 0;
+      while (m < st.step_drafts[j] && p + 1 + size_t(m) < seq.size() && ids[size_t(m)] == seq[p + 1 + size_t(m)]) ++m;
+      ++steps;
+      agree += m == st.step_accepted[j];
+      live_acc += st.step_accepted[j];
+      forced_acc += m;
+      p += size_t(st.step_accepted[j]) + 1;
+    }
+  }
+  std::printf("[demo-drafter] live vs teacher-forced: %d of %d steps agree; accepted drafts %d live, %d forced\n", agree,
+              steps, live_acc, forced_acc);
+  EXPECT_GE(agree, steps * 9 / 10);
 }
 
 }  // namespace

@@ -32,6 +32,8 @@ struct GenerateStats {
   int plain_steps = 0;      // one-row forwards while speculation was off (policy) or out of room
   int drafted_tokens = 0;   // drafts verified
   int accepted_tokens = 0;  // drafts kept
+  // Per draft step, in order: drafts verified and drafts accepted (the acceptance profile).
+  std::vector<int> step_drafts, step_accepted;
   // tau: tokens committed per draft step, counting the target's own (bonus) token.
   double mean_accept_len() const { return draft_steps ? double(accepted_tokens + draft_steps) / draft_steps : 0; }
   double prefill_tok_s() const { return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0; }

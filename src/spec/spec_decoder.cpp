@@ -126,6 +126,8 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
     if (n > 0) {
       st.draft_steps++;
       st.drafted_tokens += n;
+      st.step_drafts.push_back(n);
+      st.step_accepted.push_back(kept - 1);
     } else {
       st.plain_steps++;
     }
