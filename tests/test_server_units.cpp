@@ -499,7 +499,7 @@ TEST(Metrics, SpeculationCountersAddUp) {
   Metrics m;
   m.count_speculation(3, 45, 7);
   m.count_speculation(2, 30, 4);
-  const std::string text = m.render(0, false);
+  const std::string text = m.render(0, 0);
   for (const char* line : {"deltaflash_spec_draft_steps_total 5\n", "deltaflash_spec_drafted_tokens_total 75\n",
                            "deltaflash_spec_accepted_tokens_total 11\n"})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
@@ -508,7 +508,7 @@ TEST(Metrics, SpeculationCountersAddUp) {
 TEST(Metrics, TokenIntervalsAreObservedOneByOne) {
   Metrics m;
   m.observe_token_intervals({0.0005, 0.02, 0.02, 3.0});
-  const std::string text = m.render(0, false);
+  const std::string text = m.render(0, 0);
   for (const char* line : {"deltaflash_time_per_output_token_seconds_bucket{le=\"0.001\"} 1\n",
                            "deltaflash_time_per_output_token_seconds_bucket{le=\"0.025\"} 3\n",
                            "deltaflash_time_per_output_token_seconds_bucket{le=\"1\"} 3\n",

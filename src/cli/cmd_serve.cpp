@@ -49,6 +49,7 @@ void serve(const ServeArgs& a) {
   const std::string template_override = a.chat_template_file.empty() ? "" : read_text_file(a.chat_template_file);
   if (a.ctx < 0) fail("--ctx must be 0 (automatic) or positive");
   if (a.server.max_queue < 0) fail("--max-queue must not be negative");
+  if (a.server.parallel < 1) fail("--parallel must be at least 1");
   if (a.server.reasoning_budget < -1) fail("--reasoning-budget must be -1 (unlimited) or a token count");
 
   // Signals are taken by one thread with sigwait (set before any thread starts, so all inherit
@@ -133,6 +134,9 @@ void register_serve(CLI::App& app) {
       ->check(CLI::ExistingFile);
   c->add_option("--reasoning-budget", a->server.reasoning_budget,
                 "Thinking tokens before </think> is forced, for requests that set none (-1: unlimited)")
+      ->capture_default_str();
+  c->add_option("--parallel", a->server.parallel,
+                "Requests generated together, one forward per step for all of them (1 with --draft)")
       ->capture_default_str();
   c->add_option("--max-queue", a->server.max_queue, "Requests that may wait for the engine; more get 503")
       ->capture_default_str();

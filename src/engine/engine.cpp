@@ -42,6 +42,8 @@ struct Engine::Active {
   std::mt19937_64 rng;
   GenerationResult result;
   double started = 0, first_token = 0, last_token = 0;
+  int seq = -1;               // its sequence in the engine's state
+  std::vector<float> logits;  // logits for its next token (empty when the last step returned an argmax id)
   Active(std::shared_ptr<Ticket> t, int n_sampleable, const Tokenizer& tok)
       : ticket(std::move(t)),
         sampler(ticket->req.sampling, n_sampleable),
@@ -54,8 +56,10 @@ Engine::Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& op
     : model_(model), tok_(tok), opt_(opt), drafts_(drafts), policy_(opt.spec) {
   if (opt_.ctx < 2) fail("context of {} tokens is too small", opt_.ctx);
   opt_.prefill_chunk = std::clamp(opt_.prefill_chunk, 1, model_.options().max_batch_rows);
-  state_ = model_.make_state(1, opt_.ctx, drafts_ ? drafts_->block_size() : 0);
-  seq_ = state_->create();
+  // Speculation drafts for one sequence at a time: with a draft source requests run one by one.
+  opt_.parallel = drafts_ ? 1 : std::clamp(opt_.parallel, 1, model_.options().max_batch_rows);
+  state_ = model_.make_state(opt_.parallel, opt_.ctx, drafts_ ? drafts_->block_size() : 0);
+  for (int i = 0; i < opt_.parallel; ++i) free_seqs_.push_back(state_->create());
   worker_ = std::thread([this] { worker_loop(); });
 }
 
@@ -120,117 +124,198 @@ int Engine::waiting() const {
 
 void Engine::worker_loop() {
   for (;;) {
-    std::shared_ptr<Ticket> next;
+    std::vector<std::shared_ptr<Ticket>> admitted;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;
-      next = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
-    }
-    start(next);
-    while (active_) {
-      bool stop_now;
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        stop_now = stopping_;
+      cv_.wait(lk, [&] { return stopping_ || !queue_.empty() || !actives_.empty(); });
+      if (stopping_) break;
+      while (!queue_.empty() && int(actives_.size() + admitted.size()) < opt_.parallel) {
+        admitted.push_back(std::move(queue_.front()));
+        queue_.pop_front();
       }
-      if (stop_now) {
-        finish(FinishReason::Cancelled);
-        break;
-      }
-      step();
     }
-    busy_ = false;
+    for (auto& t : admitted) start(t);
+    running_ = int(actives_.size());
+    step_all();
+    running_ = int(actives_.size());
   }
+  while (!actives_.empty()) finish(*actives_.front(), FinishReason::Cancelled);
+  running_ = 0;
 }
 
 void Engine::start(const std::shared_ptr<Ticket>& t) {
   const int n_sampleable = std::min(model_.hparams().n_vocab, tok_.n_vocab());
-  active_ = std::make_unique<Active>(t, n_sampleable, tok_);
-  Active& a = *active_;
+  actives_.push_back(std::make_unique<Active>(t, n_sampleable, tok_));
+  Active& a = *actives_.back();
+  a.seq = free_seqs_.back();
+  free_seqs_.pop_back();
   a.started = now_seconds();
   a.result.prompt_tokens = int(t->req.prompt.size());
   a.result.queue_seconds = a.started - t->submitted;
   a.forced.assign(t->req.forced_prefix.begin(), t->req.forced_prefix.end());
   for (int32_t tok : t->req.prompt) a.sampler.accept(tok);
-  state_->reset(seq_);
+  state_->reset(a.seq);
   if (drafts_) {
     drafts_->reset();
     policy_.reset();
   }
 }
 
-bool Engine::step() {
-  Active& a = *active_;
-  if (a.ticket->cancelled) {
-    finish(FinishReason::Cancelled);
-    return false;
+void Engine::step_all() {
+  for (size_t i = 0; i < actives_.size();) {
+    if (actives_[i]->ticket->cancelled)
+      finish(*actives_[i], FinishReason::Cancelled);  // removes it
+    else
+      ++i;
   }
-  try {
-    if (a.prefilled < a.ticket->req.prompt.size()) {
-      prefill_step();
-      return true;
-    }
-    return decode_step();
-  } catch (const std::exception& e) {
-    finish(FinishReason::Error, e.what());
-    return false;
+  if (actives_.size() == 1) {
+    step_one(*actives_.front());
+  } else if (actives_.size() > 1) {
+    step_batched();
   }
 }
 
-void Engine::prefill_step() {
-  Active& a = *active_;
+void Engine::step_one(Active& a) {
+  try {
+    if (a.prefilled < a.ticket->req.prompt.size()) {
+      prefill_step(a);
+    } else {
+      decode_step(a);
+    }
+  } catch (const std::exception& e) {
+    if (is_active(a)) finish(a, FinishReason::Error, e.what());
+  }
+}
+
+// Several requests in one forward: each decoding request commits its next token and adds one
+// row for the logits after it; prefilling requests add prompt chunks with the rows left. The
+// kernels compute every row as they would alone (batch-invariant), so a request's tokens do not
+// depend on what it shares the step with.
+void Engine::step_batched() {
+  const size_t V = size_t(model_.hparams().n_vocab);
+  struct Part {
+    Active* a;
+    size_t rows;
+    bool prefill, logits;
+  };
+  std::vector<Part> parts;
+  batch_.clear();
+  std::vector<Active*> decoding;
+  for (auto& up : actives_)
+    if (up->prefilled == up->ticket->req.prompt.size()) decoding.push_back(up.get());
+  for (Active* a : decoding) {
+    int32_t token;
+    bool forced = false;
+    try {
+      forced = next_token(*a, token);
+    } catch (const std::exception& e) {
+      finish(*a, FinishReason::Error, e.what());
+      continue;
+    }
+    if (!commit(*a, token, forced)) continue;  // finished: a is gone
+    batch_.add(a->seq, state_->get(a->seq).n_past, token, true);
+    parts.push_back({a, 1, false, true});
+  }
+  int budget = model_.options().max_batch_rows - int(batch_.rows.size());
+  for (auto& up : actives_) {
+    Active& a = *up;
+    const std::vector<int32_t>& prompt = a.ticket->req.prompt;
+    if (a.prefilled == prompt.size() || budget <= 0) continue;
+    const size_t n = std::min({prompt.size() - a.prefilled, size_t(opt_.prefill_chunk), size_t(budget)});
+    const int start = state_->get(a.seq).n_past;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t k = a.prefilled + i;
+      batch_.add(a.seq, start + int(i), prompt[k], k + 1 == prompt.size());
+    }
+    parts.push_back({&a, n, true, a.prefilled + n == prompt.size()});
+    budget -= int(n);
+  }
+  if (parts.empty()) return;
+  bool ids = true;  // every row that wants logits needs only its argmax
+  for (const Part& p : parts) ids = ids && (!p.logits || argmax_only(*p.a));
+  out_.greedy_only = ids ? std::min(model_.hparams().n_vocab, tok_.n_vocab()) : 0;
+  try {
+    model_.forward(batch_, *state_, out_);
+  } catch (const std::exception& e) {
+    out_.greedy_only = 0;
+    for (const Part& p : parts)
+      if (is_active(*p.a)) finish(*p.a, FinishReason::Error, e.what());
+    return;
+  }
+  out_.greedy_only = 0;
+  size_t li = 0;  // logit row
+  for (const Part& p : parts) {
+    if (p.prefill) p.a->prefilled += p.rows;
+    if (!p.logits) continue;
+    if (ids) {
+      p.a->next = out_.greedy[li];
+      p.a->logits.clear();
+    } else {
+      p.a->logits.assign(out_.logits.begin() + long(li * V), out_.logits.begin() + long((li + 1) * V));
+    }
+    ++li;
+  }
+}
+
+bool Engine::next_token(Active& a, int32_t& token) {
+  if (!a.forced.empty()) {
+    token = a.forced.front();
+    a.forced.pop_front();
+    return true;
+  }
+  if (a.next) {
+    token = *a.next;
+    a.next.reset();
+  } else {
+    token = a.sampler.sample(a.logits);
+  }
+  return false;
+}
+
+bool Engine::is_active(const Active& a) const {
+  return std::any_of(actives_.begin(), actives_.end(), [&](const auto& up) { return up.get() == &a; });
+}
+
+void Engine::prefill_step(Active& a) {
   const std::vector<int32_t>& prompt = a.ticket->req.prompt;
   const size_t n = std::min(prompt.size() - a.prefilled, size_t(opt_.prefill_chunk));
-  const int start = state_->get(seq_).n_past;
+  const int start = state_->get(a.seq).n_past;
   batch_.clear();
   for (size_t i = 0; i < n; ++i) {
     const size_t k = a.prefilled + i;
-    batch_.add(seq_, start + int(i), prompt[k], k + 1 == prompt.size());
+    batch_.add(a.seq, start + int(i), prompt[k], k + 1 == prompt.size());
   }
   model_.forward(batch_, *state_, out_);
   if (drafts_) drafts_->on_target_rows(int(n));
   a.prefilled += n;
-  if (a.prefilled == prompt.size()) logits_.assign(out_.logits.begin(), out_.logits.end());
+  if (a.prefilled == prompt.size()) a.logits.assign(out_.logits.begin(), out_.logits.end());
 }
 
 // One decode step: commit the next token (forced, chosen by the last verify, or sampled), then
 // either feed it alone for the next logits, or draft after it and verify the block in one
 // forward, committing every accepted draft (speculate).
-bool Engine::decode_step() {
-  Active& a = *active_;
+bool Engine::decode_step(Active& a) {
   int32_t token;
-  bool forced = false;
-  if (!a.forced.empty()) {
-    token = a.forced.front();
-    a.forced.pop_front();
-    forced = true;
-  } else if (a.next) {
-    token = *a.next;
-    a.next.reset();
-  } else {
-    token = a.sampler.sample(logits_);
-  }
-  if (!commit(token, forced)) return false;
+  const bool forced = next_token(a, token);
+  if (!commit(a, token, forced)) return false;
   const double t0 = now_seconds();
   int n = 0;
-  if (drafts_ && active_->forced.empty()) {  // forced tokens come next: no drafting past them
+  if (drafts_ && a.forced.empty()) {  // forced tokens come next: no drafting past them
     const int left = a.ticket->req.max_tokens - a.result.generated_tokens;
-    n = std::min({policy_.drafts(drafts_->block_size()), left - 1, opt_.ctx - state_->get(seq_).n_past - 2});
+    n = std::min({policy_.drafts(drafts_->block_size()), left - 1, opt_.ctx - state_->get(a.seq).n_past - 2});
   }
-  if (n > 0) return speculate(token, n);
+  if (n > 0) return speculate(a, token, n);
   batch_.clear();
-  batch_.add(seq_, state_->get(seq_).n_past, token, true);
+  batch_.add(a.seq, state_->get(a.seq).n_past, token, true);
   if (argmax_only(a)) {  // the next token is this row's argmax: no logits download
     out_.greedy_only = a.sampler.n_sampleable();
     model_.forward(batch_, *state_, out_);
     out_.greedy_only = 0;
     a.next = out_.greedy[0];
+    a.logits.clear();
   } else {
     model_.forward(batch_, *state_, out_);
-    logits_.assign(out_.logits.begin(), out_.logits.end());
+    a.logits.assign(out_.logits.begin(), out_.logits.end());
   }
   if (drafts_) {
     drafts_->on_target_rows(1);
@@ -241,10 +326,9 @@ bool Engine::decode_step() {
 
 // Verifies [anchor, d1..dn] in one forward and walks the rows in order: row i's logits decide
 // the token after row i (greedy: the sampler's choice must equal the draft; sampling: the
-// lossless rejection rule). Kept rows are committed (rollback by checkpoint copy); logits_ ends
+// lossless rejection rule). Kept rows are committed (rollback by checkpoint copy); a.logits ends
 // as the logits after the last kept row, so the next step samples (or takes a.next) from them.
-bool Engine::speculate(int32_t anchor, int n) {
-  Active& a = *active_;
+bool Engine::speculate(Active& a, int32_t anchor, int n) {
   const double t0 = now_seconds();
   const size_t V = size_t(model_.hparams().n_vocab);
   const int n_sampleable = std::min(model_.hparams().n_vocab, tok_.n_vocab());
@@ -258,9 +342,9 @@ bool Engine::speculate(int32_t anchor, int n) {
     spec::choose_drafts(draft_logits_, V, n_sampleable, greedy, a.draft_sampler, a.rng, drafts_buf_, qs_);
   }
   batch_.clear();
-  const int p0 = state_->get(seq_).n_past;
-  batch_.add_speculative(seq_, p0, anchor);
-  for (int i = 0; i < n; ++i) batch_.add_speculative(seq_, p0 + 1 + i, drafts_buf_[size_t(i)]);
+  const int p0 = state_->get(a.seq).n_past;
+  batch_.add_speculative(a.seq, p0, anchor);
+  for (int i = 0; i < n; ++i) batch_.add_speculative(a.seq, p0 + 1 + i, drafts_buf_[size_t(i)]);
   out_.greedy_only = ids_only ? n_sampleable : 0;
   model_.forward(batch_, *state_, out_);
   out_.greedy_only = 0;
@@ -270,24 +354,24 @@ bool Engine::speculate(int32_t anchor, int n) {
   int row = 0;  // the row whose logits predicted the draft being committed (for its logprobs)
   auto on_accept = [&](int32_t d) {
     if (!ids_only)
-      logits_.assign(out_.logits.begin() + long(size_t(row) * V), out_.logits.begin() + long(size_t(row + 1) * V));
+      a.logits.assign(out_.logits.begin() + long(size_t(row) * V), out_.logits.begin() + long(size_t(row + 1) * V));
     ++row;
     a.result.accepted_tokens++;
-    if (!commit(d, false)) {  // finished: active_ is gone, the sequence state no longer matters
+    if (!commit(a, d, false)) {  // finished: a is gone, the sequence state no longer matters
       finished = true;
       return false;
     }
-    return active_->forced.empty();  // forced tokens (reasoning budget) come next
+    return a.forced.empty();  // forced tokens (reasoning budget) come next
   };
   const spec::BlockWalk w = ids_only ? spec::walk_block_greedy(out_.greedy, drafts_buf_, on_accept)
                                      : spec::walk_block(out_.logits, V, drafts_buf_, qs_, greedy, a.sampler, a.rng, on_accept);
   if (finished) return false;
   // The next step commits w.next, or samples from these logits (bonus, or after a stop).
   if (!ids_only)
-    logits_.assign(out_.logits.begin() + long(size_t(w.next_row) * V),
-                   out_.logits.begin() + long(size_t(w.next_row + 1) * V));
+    a.logits.assign(out_.logits.begin() + long(size_t(w.next_row) * V),
+                    out_.logits.begin() + long(size_t(w.next_row + 1) * V));
   a.next = w.next;
-  model_.commit(*state_, seq_, w.kept);
+  model_.commit(*state_, a.seq, w.kept);
   drafts_->on_target_rows(w.kept);
   policy_.record(now_seconds() - t0, w.kept, n);
   return true;
@@ -297,8 +381,7 @@ bool Engine::argmax_only(const Active& a) const {
   return a.sampler.plain_greedy() && a.ticket->req.top_logprobs < 0;
 }
 
-bool Engine::commit(int32_t token, bool forced) {
-  Active& a = *active_;
+bool Engine::commit(Active& a, int32_t token, bool forced) {
   const GenerationRequest& req = a.ticket->req;
   a.sampler.accept(token);
   const double now = now_seconds();
@@ -313,7 +396,7 @@ bool Engine::commit(int32_t token, bool forced) {
   if (!ev.eog) ev.text = a.decoder.push(token);
   TokenLogprobs lp;
   if (req.top_logprobs >= 0) {
-    lp = compute_logprobs(logits_, std::min(model_.hparams().n_vocab, tok_.n_vocab()), token, req.top_logprobs);
+    lp = compute_logprobs(a.logits, std::min(model_.hparams().n_vocab, tok_.n_vocab()), token, req.top_logprobs);
     ev.logprobs = &lp;
   }
   TokenDecision d;
@@ -321,29 +404,32 @@ bool Engine::commit(int32_t token, bool forced) {
     try {
       d = req.on_token(ev);
     } catch (const std::exception& e) {
-      finish(FinishReason::Error, std::string("while handling a token: ") + e.what());
+      finish(a, FinishReason::Error, std::string("while handling a token: ") + e.what());
       return false;
     }
   }
   for (int32_t f : d.force) a.forced.push_back(f);
 
   if (ev.eog) {
-    finish(FinishReason::Eog);
+    finish(a, FinishReason::Eog);
     return false;
   }
   if (d.stop) {
-    finish(FinishReason::Stopped);
+    finish(a, FinishReason::Stopped);
     return false;
   }
-  if (a.result.generated_tokens >= req.max_tokens || state_->get(seq_).n_past + 1 > opt_.ctx) {
-    finish(FinishReason::Length);
+  if (a.result.generated_tokens >= req.max_tokens || state_->get(a.seq).n_past + 1 > opt_.ctx) {
+    finish(a, FinishReason::Length);
     return false;
   }
   return true;
 }
 
-void Engine::finish(FinishReason why, std::string error) {
-  std::unique_ptr<Active> a = std::move(active_);
+void Engine::finish(Active& active, FinishReason why, std::string error) {
+  const auto it = std::find_if(actives_.begin(), actives_.end(), [&](const auto& up) { return up.get() == &active; });
+  if (it == actives_.end()) return;
+  std::unique_ptr<Active> a = std::move(*it);
+  actives_.erase(it);
   GenerationResult& r = a->result;
   r.finish = why;
   r.error = std::move(error);
@@ -352,7 +438,8 @@ void Engine::finish(FinishReason why, std::string error) {
     r.ttft_seconds = a->first_token - a->ticket->submitted;
     r.decode_seconds = a->last_token - a->first_token;
   }
-  state_->reset(seq_);  // frees the KV blocks and clears the recurrent slot now
+  state_->reset(a->seq);  // frees the KV blocks and clears the recurrent slot now
+  free_seqs_.push_back(a->seq);
   notify_done(a->ticket->req, r);
 }
 

@@ -1,8 +1,10 @@
 // The serving engine: requests wait in a bounded FIFO queue, one worker thread runs a step loop
 // over the Batch API (chunked prefill, then decode), and every committed token reaches its
-// request through a callback. One sequence is active at a time for now; the continuous-batching
-// scheduler will drive several through the same step shape, and a speculative decoder will
-// commit several tokens in one step (the callback is still called once per committed token).
+// request through a callback. Up to `parallel` requests generate together (continuous
+// batching): each step is one forward with a row for every decoding request and prompt chunks
+// of the prefilling ones, admitted from the queue as others finish. With a draft source the
+// engine runs one request at a time and speculates (several tokens a step; the callback is
+// still called once per committed token).
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -29,6 +31,7 @@ struct EngineOptions {
   int ctx = 8192;          // tokens per sequence (prompt + generated)
   int max_queue = 64;      // requests allowed to wait; submit() refuses beyond that
   int prefill_chunk = 512; // prompt rows per prefill step (<= the model's max_batch_rows)
+  int parallel = 4;        // requests generated together (continuous batching); 1 with a draft source
   SpecOptions spec;        // speculation policy, when the engine has a draft source
 };
 
@@ -97,22 +100,27 @@ class Engine {
   void shutdown();
 
   int waiting() const;
-  bool busy() const { return busy_.load(); }
+  int running() const { return running_.load(); }  // requests being generated
   const EngineOptions& options() const { return opt_; }
 
  private:
   struct Active;
   void worker_loop();
   void start(const std::shared_ptr<Ticket>& t);
-  bool step();  // advances the active request; false when it finished
-  void prefill_step();
-  bool decode_step();
-  bool speculate(int32_t anchor, int n);  // verify n drafts after anchor; false: request finished
-  bool commit(int32_t token, bool forced);  // false: the request is finished
+  void step_all();             // one step of every active request
+  void step_one(Active& a);    // a alone: prefill chunk, or decode (and speculate)
+  void step_batched();         // several: one forward for all of them
+  void prefill_step(Active& a);
+  bool decode_step(Active& a);
+  bool speculate(Active& a, int32_t anchor, int n);  // verify n drafts after anchor; false: request finished
+  // The token a commits next: forced (returns true), chosen by the last step, or sampled.
+  bool next_token(Active& a, int32_t& token);
+  bool commit(Active& a, int32_t token, bool forced);  // false: the request is finished (a is gone)
+  bool is_active(const Active& a) const;
   // Whether the request's next tokens depend on the logits only through their argmax (plain
   // greedy, no logprobs): then forwards return argmax ids instead of logits.
   bool argmax_only(const Active& a) const;
-  void finish(FinishReason why, std::string error = {});
+  void finish(Active& a, FinishReason why, std::string error = {});  // removes a
   static void notify_done(const GenerationRequest& req, const GenerationResult& r);
 
   TargetModel& model_;
@@ -120,21 +128,20 @@ class Engine {
   EngineOptions opt_;
   DraftSource* drafts_ = nullptr;
   SpecPolicy policy_;
-  std::unique_ptr<SequenceStore> state_;
-  int seq_ = -1;
+  std::unique_ptr<SequenceStore> state_;  // opt_.parallel sequences
+  std::vector<int> free_seqs_;            // sequences no request holds
   Batch batch_;
   ForwardOutput out_;
-  std::vector<float> logits_;  // logits for the next token of the active request
   std::vector<float> draft_logits_;               // speculation scratch, reused every step
   std::vector<int32_t> drafts_buf_;
   std::vector<std::vector<float>> qs_;
-  std::unique_ptr<Active> active_;
+  std::vector<std::unique_ptr<Active>> actives_;  // worker thread only
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Ticket>> queue_;
   bool stopping_ = false;
-  std::atomic<bool> busy_{false};
+  std::atomic<int> running_{0};
   std::thread worker_;
 };
 

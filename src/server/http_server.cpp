@@ -179,6 +179,7 @@ void HttpServer::attach(const ServedModel& m) {
   EngineOptions eo;
   eo.ctx = m.ctx;
   eo.max_queue = c.opt.max_queue;
+  eo.parallel = c.opt.parallel;
   eo.spec = m.spec;
   c.engine = std::make_unique<Engine>(*m.model, *m.tokenizer, eo, m.drafts);
   c.ready.store(true, std::memory_order_release);

@@ -25,6 +25,7 @@ struct ServerOptions {
   int port = 8080;                  // 0: any free port (bind() returns it)
   std::string api_key;              // empty: no authentication
   int max_queue = 64;               // waiting requests before 503
+  int parallel = 4;                 // requests generated together (1 with a draft model)
   int reasoning_budget = -1;        // default thinking budget in tokens; -1: unlimited
   size_t max_body_bytes = 8 << 20;  // larger request bodies get 413
   int http_threads = 32;            // connections served at once

@@ -97,7 +97,7 @@ void register_info_routes(ServerCore& c) {
   c.http.Get("/metrics", [&c](const httplib::Request& req, httplib::Response& res) {
     const bool ready = c.ready.load(std::memory_order_acquire);
     const int waiting = ready ? c.engine->waiting() : 0;
-    const bool running = ready && c.engine->busy();
+    const int running = ready ? c.engine->running() : 0;
     c.finish_request(req, RequestLog{});
     res.set_content(c.metrics.render(waiting, running), "text/plain; version=0.0.4");
   });

@@ -58,7 +58,7 @@ void Metrics::count_speculation(int draft_steps, int drafted, int accepted) {
   accepted_tokens_ += uint64_t(accepted);
 }
 
-std::string Metrics::render(int queue_depth, bool running) const {
+std::string Metrics::render(int queue_depth, int running) const {
   std::lock_guard<std::mutex> lk(mu_);
   std::string out;
   out += "# HELP deltaflash_requests_total HTTP requests answered, by status (499: client went away)\n";
@@ -84,7 +84,7 @@ std::string Metrics::render(int queue_depth, bool running) const {
                      queue_depth);
   out += fmt::format("# HELP deltaflash_requests_running Requests being generated\n"
                      "# TYPE deltaflash_requests_running gauge\ndeltaflash_requests_running {}\n",
-                     running ? 1 : 0);
+                     running);
   return out;
 }
 

@@ -33,7 +33,7 @@ class Metrics {
   void observe_token_intervals(const std::vector<double>& seconds);
   // Speculative decoding of one request: verify steps, drafts verified, drafts accepted.
   void count_speculation(int draft_steps, int drafted, int accepted);
-  std::string render(int queue_depth, bool running) const;
+  std::string render(int queue_depth, int running) const;
 
  private:
   mutable std::mutex mu_;
