@@ -14,7 +14,9 @@
 
 #include "engine/engine.h"
 #include "gguf/gguf.h"
+#include "model/draft_model.h"
 #include "model/target_model.h"
+#include "spec/draft_source.h"
 #include "tokenizer/tokenizer.h"
 
 namespace df {
@@ -24,6 +26,7 @@ struct Outcome {
   std::vector<int32_t> ids;
   std::vector<float> logprobs;
   FinishReason finish = FinishReason::Error;
+  int draft_steps = 0, accepted = 0;
 };
 
 struct Demo {
@@ -77,18 +80,22 @@ GenerationRequest request(const Demo& d, const Spec& s, Outcome& o, std::promise
   };
   r.on_done = [&o, &done](const GenerationResult& res) {
     o.finish = res.finish;
+    o.draft_steps = res.draft_steps;
+    o.accepted = res.accepted_tokens;
     done.set_value();
   };
   return r;
 }
 
-// Runs every request on an engine with `parallel` slots, all submitted at once.
-std::vector<Outcome> run_all(Demo& d, int parallel, std::vector<int>* order_out = nullptr) {
+// Runs every request on an engine with `parallel` slots (or one per draft source), all
+// submitted at once.
+std::vector<Outcome> run_all(Demo& d, int parallel, std::vector<int>* order_out = nullptr,
+                             std::vector<DraftSource*> drafts = {}, const std::vector<Spec>& sp = specs()) {
   EngineOptions eo;
   eo.ctx = 256;
   eo.parallel = parallel;
-  Engine e(d.tm, d.tok, eo);
-  const auto sp = specs();
+  eo.spec.adaptive = false;  // speculate whenever a request runs alone
+  Engine e(d.tm, d.tok, eo, drafts);
   std::vector<Outcome> out(sp.size());
   std::vector<std::promise<void>> done(sp.size());
   std::mutex mu;
@@ -123,6 +130,38 @@ TEST(EngineBatching, ConcurrentRequestsGiveWhatTheyGiveAlone) {
     if (order[k] == 1 && first1 == order.size()) first1 = k;
   }
   EXPECT_LT(first1, last0) << "the requests did not share steps";
+}
+
+// With a drafter per slot: requests share plain steps while several run, and the one left
+// alone speculates from a drafter that kept ingesting its rows; every output is still exactly
+// what the request gives alone without speculation.
+TEST(EngineBatching, WithDraftersOutputsStayExactAndTheLastOneSpeculates) {
+  Demo d;
+  std::vector<Spec> sp = specs();
+  sp[0].max_tokens = 160;  // outlives the others: its last ~100 tokens run alone
+  const std::vector<Outcome> alone = run_all(d, 1, nullptr, {}, sp);
+  auto dfile = gguf::File::open(std::string(DELTAFLASH_SOURCE_DIR) + "/models/demo/qwen35-demo-drafter-q8_0.gguf");
+  DraftModel dm(*dfile, d.tm);
+  std::vector<std::unique_ptr<DFlashSource>> own;
+  std::vector<DraftSource*> drafts;
+  for (int i = 0; i < 3; ++i) {
+    own.push_back(std::make_unique<DFlashSource>(dm, d.tm, 256));
+    drafts.push_back(own.back().get());
+  }
+  const std::vector<Outcome> spec = run_all(d, 3, nullptr, drafts, sp);
+  int steps = 0, accepted = 0;
+  for (size_t i = 0; i < alone.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    EXPECT_EQ(spec[i].ids, alone[i].ids);
+    EXPECT_EQ(spec[i].finish, alone[i].finish);
+    ASSERT_EQ(spec[i].logprobs.size(), alone[i].logprobs.size());
+    for (size_t k = 0; k < alone[i].logprobs.size(); ++k) EXPECT_EQ(spec[i].logprobs[k], alone[i].logprobs[k]) << k;
+    steps += spec[i].draft_steps;
+    accepted += spec[i].accepted;
+  }
+  EXPECT_GT(steps, 0) << "no request speculated";
+  EXPECT_GT(accepted, 0) << "no draft was accepted: the drafter lost its context while batched?";
+  std::printf("[engine-batching] with drafters: %d draft steps, %d drafts accepted\n", steps, accepted);
 }
 
 TEST(EngineBatching, CancellingOneLeavesTheOthers) {

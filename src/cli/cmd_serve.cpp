@@ -95,7 +95,7 @@ void serve(const ServeArgs& a) {
       sm.ctx = a.ctx > 0 ? a.ctx : std::min(trained > 0 ? trained : kDefaultCtxCap, kDefaultCtxCap);
       if (!a.draft.path.empty()) {
         draft = load_draft(a.draft, *m.model, sm.ctx);
-        sm.drafts = draft.source.get();
+        sm.drafts = draft.sources(*m.model, a.server.parallel, sm.ctx);
         sm.spec = a.draft.spec_options();
       }
       http.attach(sm);
@@ -136,7 +136,8 @@ void register_serve(CLI::App& app) {
                 "Thinking tokens before </think> is forced, for requests that set none (-1: unlimited)")
       ->capture_default_str();
   c->add_option("--parallel", a->server.parallel,
-                "Requests generated together, one forward per step for all of them (1 with --draft)")
+                "Requests generated together, one forward per step for all of them (with --draft, a request "
+                "speculates while it runs alone)")
       ->capture_default_str();
   c->add_option("--max-queue", a->server.max_queue, "Requests that may wait for the engine; more get 503")
       ->capture_default_str();

@@ -29,4 +29,11 @@ LoadedDraft load_draft(const DraftArgs& a, TargetModel& target, int ctx) {
   return d;
 }
 
+std::vector<DraftSource*> LoadedDraft::sources(TargetModel& target, int n, int ctx) {
+  std::vector<DraftSource*> out{source.get()};
+  while (int(more.size()) + 1 < n) more.push_back(std::make_unique<DFlashSource>(*model, target, ctx));
+  for (int i = 0; i + 1 < n; ++i) out.push_back(more[size_t(i)].get());
+  return out;
+}
+
 }  // namespace df::cli

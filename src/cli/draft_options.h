@@ -2,6 +2,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gguf/gguf.h"
 #include "model/draft_model.h"
@@ -29,6 +30,9 @@ struct LoadedDraft {
   std::unique_ptr<gguf::File> file;
   std::unique_ptr<DraftModel> model;
   std::unique_ptr<DFlashSource> source;
+  std::vector<std::unique_ptr<DFlashSource>> more;  // further sources over the same drafter (serve slots)
+  // The first n sources (source, then more, made as needed): one per concurrent sequence.
+  std::vector<DraftSource*> sources(TargetModel& target, int n, int ctx);
 };
 
 // Opens and validates the drafter against the target; its context matches ctx.

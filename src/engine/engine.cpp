@@ -42,24 +42,35 @@ struct Engine::Active {
   std::mt19937_64 rng;
   GenerationResult result;
   double started = 0, first_token = 0, last_token = 0;
-  int seq = -1;               // its sequence in the engine's state
+  int slot = -1, seq = -1;    // its slot, and the slot's sequence in the engine's state
+  DraftSource* drafts = nullptr;  // the slot's draft source (none: no speculation)
+  SpecPolicy policy;
   std::vector<float> logits;  // logits for its next token (empty when the last step returned an argmax id)
-  Active(std::shared_ptr<Ticket> t, int n_sampleable, const Tokenizer& tok)
+  Active(std::shared_ptr<Ticket> t, int n_sampleable, const Tokenizer& tok, const SpecOptions& spec)
       : ticket(std::move(t)),
         sampler(ticket->req.sampling, n_sampleable),
         decoder(tok),
         draft_sampler(spec::draft_sampling(ticket->req.sampling), n_sampleable),
+        policy(spec),
         rng(ticket->req.sampling.seed ^ 0x5bd1e995u) {}
 };
 
 Engine::Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& opt, DraftSource* drafts)
-    : model_(model), tok_(tok), opt_(opt), drafts_(drafts), policy_(opt.spec) {
+    : Engine(model, tok, opt, drafts ? std::vector<DraftSource*>{drafts} : std::vector<DraftSource*>{}) {}
+
+Engine::Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& opt, std::vector<DraftSource*> drafts)
+    : model_(model), tok_(tok), opt_(opt), drafts_(std::move(drafts)) {
   if (opt_.ctx < 2) fail("context of {} tokens is too small", opt_.ctx);
+  for (DraftSource* d : drafts_)
+    if (d == nullptr || d->block_size() != drafts_.front()->block_size()) fail("engine: draft sources must share one block size");
   opt_.prefill_chunk = std::clamp(opt_.prefill_chunk, 1, model_.options().max_batch_rows);
-  // Speculation drafts for one sequence at a time: with a draft source requests run one by one.
-  opt_.parallel = drafts_ ? 1 : std::clamp(opt_.parallel, 1, model_.options().max_batch_rows);
-  state_ = model_.make_state(opt_.parallel, opt_.ctx, drafts_ ? drafts_->block_size() : 0);
-  for (int i = 0; i < opt_.parallel; ++i) free_seqs_.push_back(state_->create());
+  opt_.parallel = drafts_.empty() ? std::clamp(opt_.parallel, 1, model_.options().max_batch_rows) : int(drafts_.size());
+  if (opt_.parallel > model_.options().max_batch_rows) fail("engine: more draft sources than batch rows");
+  state_ = model_.make_state(opt_.parallel, opt_.ctx, drafts_.empty() ? 0 : drafts_.front()->block_size());
+  for (int i = 0; i < opt_.parallel; ++i) {
+    seqs_.push_back(state_->create());
+    free_slots_.push_back(opt_.parallel - 1 - i);  // slot 0 first
+  }
   worker_ = std::thread([this] { worker_loop(); });
 }
 
@@ -145,20 +156,19 @@ void Engine::worker_loop() {
 
 void Engine::start(const std::shared_ptr<Ticket>& t) {
   const int n_sampleable = std::min(model_.hparams().n_vocab, tok_.n_vocab());
-  actives_.push_back(std::make_unique<Active>(t, n_sampleable, tok_));
+  actives_.push_back(std::make_unique<Active>(t, n_sampleable, tok_, opt_.spec));
   Active& a = *actives_.back();
-  a.seq = free_seqs_.back();
-  free_seqs_.pop_back();
+  a.slot = free_slots_.back();
+  free_slots_.pop_back();
+  a.seq = seqs_[size_t(a.slot)];
+  a.drafts = drafts_.empty() ? nullptr : drafts_[size_t(a.slot)];
   a.started = now_seconds();
   a.result.prompt_tokens = int(t->req.prompt.size());
   a.result.queue_seconds = a.started - t->submitted;
   a.forced.assign(t->req.forced_prefix.begin(), t->req.forced_prefix.end());
   for (int32_t tok : t->req.prompt) a.sampler.accept(tok);
   state_->reset(a.seq);
-  if (drafts_) {
-    drafts_->reset();
-    policy_.reset();
-  }
+  if (a.drafts) a.drafts->reset();
 }
 
 void Engine::step_all() {
@@ -243,8 +253,11 @@ void Engine::step_batched() {
     return;
   }
   out_.greedy_only = 0;
-  size_t li = 0;  // logit row
+  size_t li = 0, row = 0;  // logit row, batch row
   for (const Part& p : parts) {
+    // The request's drafter keeps its context while it shares plain steps.
+    if (p.a->drafts) p.a->drafts->on_target_rows_from(int(row), int(p.rows));
+    row += p.rows;
     if (p.prefill) p.a->prefilled += p.rows;
     if (!p.logits) continue;
     if (ids) {
@@ -286,7 +299,7 @@ void Engine::prefill_step(Active& a) {
     batch_.add(a.seq, start + int(i), prompt[k], k + 1 == prompt.size());
   }
   model_.forward(batch_, *state_, out_);
-  if (drafts_) drafts_->on_target_rows(int(n));
+  if (a.drafts) a.drafts->on_target_rows(int(n));
   a.prefilled += n;
   if (a.prefilled == prompt.size()) a.logits.assign(out_.logits.begin(), out_.logits.end());
 }
@@ -300,9 +313,9 @@ bool Engine::decode_step(Active& a) {
   if (!commit(a, token, forced)) return false;
   const double t0 = now_seconds();
   int n = 0;
-  if (drafts_ && a.forced.empty()) {  // forced tokens come next: no drafting past them
+  if (a.drafts && a.forced.empty()) {  // forced tokens come next: no drafting past them
     const int left = a.ticket->req.max_tokens - a.result.generated_tokens;
-    n = std::min({policy_.drafts(drafts_->block_size()), left - 1, opt_.ctx - state_->get(a.seq).n_past - 2});
+    n = std::min({a.policy.drafts(a.drafts->block_size()), left - 1, opt_.ctx - state_->get(a.seq).n_past - 2});
   }
   if (n > 0) return speculate(a, token, n);
   batch_.clear();
@@ -317,9 +330,9 @@ bool Engine::decode_step(Active& a) {
     model_.forward(batch_, *state_, out_);
     a.logits.assign(out_.logits.begin(), out_.logits.end());
   }
-  if (drafts_) {
-    drafts_->on_target_rows(1);
-    policy_.record(now_seconds() - t0, 1, 0);
+  if (a.drafts) {
+    a.drafts->on_target_rows(1);
+    a.policy.record(now_seconds() - t0, 1, 0);
   }
   return true;
 }
@@ -336,9 +349,9 @@ bool Engine::speculate(Active& a, int32_t anchor, int n) {
   const bool ids_only = argmax_only(a);
   drafts_buf_.resize(size_t(n));
   if (greedy) {
-    drafts_->propose_greedy(anchor, n, n_sampleable, drafts_buf_);
+    a.drafts->propose_greedy(anchor, n, n_sampleable, drafts_buf_);
   } else {
-    drafts_->propose(anchor, n, draft_logits_);
+    a.drafts->propose(anchor, n, draft_logits_);
     spec::choose_drafts(draft_logits_, V, n_sampleable, greedy, a.draft_sampler, a.rng, drafts_buf_, qs_);
   }
   batch_.clear();
@@ -372,8 +385,8 @@ bool Engine::speculate(Active& a, int32_t anchor, int n) {
                     out_.logits.begin() + long(size_t(w.next_row + 1) * V));
   a.next = w.next;
   model_.commit(*state_, a.seq, w.kept);
-  drafts_->on_target_rows(w.kept);
-  policy_.record(now_seconds() - t0, w.kept, n);
+  a.drafts->on_target_rows(w.kept);
+  a.policy.record(now_seconds() - t0, w.kept, n);
   return true;
 }
 
@@ -439,7 +452,7 @@ void Engine::finish(Active& active, FinishReason why, std::string error) {
     r.decode_seconds = a->last_token - a->first_token;
   }
   state_->reset(a->seq);  // frees the KV blocks and clears the recurrent slot now
-  free_seqs_.push_back(a->seq);
+  free_slots_.push_back(a->slot);
   notify_done(a->ticket->req, r);
 }
 

@@ -2,9 +2,10 @@
 // over the Batch API (chunked prefill, then decode), and every committed token reaches its
 // request through a callback. Up to `parallel` requests generate together (continuous
 // batching): each step is one forward with a row for every decoding request and prompt chunks
-// of the prefilling ones, admitted from the queue as others finish. With a draft source the
-// engine runs one request at a time and speculates (several tokens a step; the callback is
-// still called once per committed token).
+// of the prefilling ones, admitted from the queue as others finish. With draft sources (one per
+// slot) a request that runs alone speculates (several tokens a step; the callback is still
+// called once per committed token); while several run, they share plain steps and every
+// request's drafter keeps ingesting its rows, so speculation resumes when it is alone again.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -31,7 +32,7 @@ struct EngineOptions {
   int ctx = 8192;          // tokens per sequence (prompt + generated)
   int max_queue = 64;      // requests allowed to wait; submit() refuses beyond that
   int prefill_chunk = 512; // prompt rows per prefill step (<= the model's max_batch_rows)
-  int parallel = 4;        // requests generated together (continuous batching); 1 with a draft source
+  int parallel = 4;        // requests generated together (continuous batching); with draft sources, their count
   SpecOptions spec;        // speculation policy, when the engine has a draft source
 };
 
@@ -83,8 +84,11 @@ class Engine {
  public:
   class Ticket;  // a submitted request; cancel() through it
 
-  // drafts (nullable, outlives the engine): speculative decoding with this source.
+  // drafts (nullable, outlives the engine): speculative decoding with this source, one request
+  // at a time.
   Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& opt, DraftSource* drafts = nullptr);
+  // One draft source per slot (each outlives the engine): parallel = drafts.size().
+  Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& opt, std::vector<DraftSource*> drafts);
   ~Engine();  // cancels everything and joins the worker
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -126,10 +130,10 @@ class Engine {
   TargetModel& model_;
   const Tokenizer& tok_;
   EngineOptions opt_;
-  DraftSource* drafts_ = nullptr;
-  SpecPolicy policy_;
+  std::vector<DraftSource*> drafts_;  // per slot; empty without speculation
   std::unique_ptr<SequenceStore> state_;  // opt_.parallel sequences
-  std::vector<int> free_seqs_;            // sequences no request holds
+  std::vector<int> seqs_;                 // the sequence of each slot
+  std::vector<int> free_slots_;           // slots no request holds
   Batch batch_;
   ForwardOutput out_;
   std::vector<float> draft_logits_;               // speculation scratch, reused every step

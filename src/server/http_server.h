@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "spec/spec_policy.h"
 
@@ -25,7 +26,7 @@ struct ServerOptions {
   int port = 8080;                  // 0: any free port (bind() returns it)
   std::string api_key;              // empty: no authentication
   int max_queue = 64;               // waiting requests before 503
-  int parallel = 4;                 // requests generated together (1 with a draft model)
+  int parallel = 4;                 // requests generated together
   int reasoning_budget = -1;        // default thinking budget in tokens; -1: unlimited
   size_t max_body_bytes = 8 << 20;  // larger request bodies get 413
   int http_threads = 32;            // connections served at once
@@ -38,7 +39,7 @@ struct ServedModel {
   std::string name;           // reported by /v1/models
   std::string chat_template;  // Jinja source; empty: ChatML
   int ctx = 8192;             // tokens per request (prompt + completion)
-  DraftSource* drafts = nullptr;  // speculative decoding (--draft); not owned
+  std::vector<DraftSource*> drafts;  // speculative decoding (--draft), one per --parallel slot; not owned
   SpecOptions spec;
 };
 

@@ -7,6 +7,11 @@
 
 namespace df {
 
+void DraftSource::on_target_rows_from(int first_row, int kept) {
+  if (first_row != 0) fail("this draft source takes target rows from the start of a forward only");
+  on_target_rows(kept);
+}
+
 void DraftSource::propose_greedy(int32_t anchor, int n, int limit, std::vector<int32_t>& ids) {
   std::vector<float> logits;
   propose(anchor, n, logits);
@@ -23,7 +28,11 @@ DFlashSource::DFlashSource(DraftModel& draft, TargetModel& target, int ctx)
   seq_ = state_->create();
 }
 
-void DFlashSource::on_target_rows(int kept) { draft_.ingest(*state_, seq_, target_.features(), kept); }
+void DFlashSource::on_target_rows(int kept) { on_target_rows_from(0, kept); }
+
+void DFlashSource::on_target_rows_from(int first_row, int kept) {
+  draft_.ingest(*state_, seq_, target_.features() + size_t(first_row) * size_t(target_.feature_width()), kept);
+}
 
 void DFlashSource::propose(int32_t anchor, int n, std::vector<float>& logits) {
   if (n > draft_.block_size() - 1) fail("asked for {} drafts from a block of {}", n, draft_.block_size());

@@ -19,6 +19,9 @@ class DraftSource {
   virtual int block_size() const = 0;
   // The last target forward's first `kept` rows are now committed context.
   virtual void on_target_rows(int kept) = 0;
+  // The same for rows first_row .. first_row + kept - 1 of the last forward (the source's
+  // sequence among others in a batch). This default takes first_row 0 only.
+  virtual void on_target_rows_from(int first_row, int kept);
   // Proposal logits for the n tokens after `anchor` (n <= block_size() - 1): n × n_vocab.
   virtual void propose(int32_t anchor, int n, std::vector<float>& logits) = 0;
   // Greedy proposals: ids receives n ids, each the argmax of its proposal row among ids < limit
@@ -34,6 +37,7 @@ class DFlashSource final : public DraftSource {
   DFlashSource(DraftModel& draft, TargetModel& target, int ctx);
   int block_size() const override { return draft_.block_size(); }
   void on_target_rows(int kept) override;
+  void on_target_rows_from(int first_row, int kept) override;
   void propose(int32_t anchor, int n, std::vector<float>& logits) override;
   void propose_greedy(int32_t anchor, int n, int limit, std::vector<int32_t>& ids) override;
   void reset() override;
