@@ -188,7 +188,10 @@ void Engine::step_all() {
 void Engine::step_one(Active& a) {
   try {
     if (a.prefilled < a.ticket->req.prompt.size()) {
-      prefill_step(a);
+      batch_.clear();
+      parts_.clear();
+      add_prefill_chunk(a, model_.options().max_batch_rows);
+      run_parts();
     } else {
       decode_step(a);
     }
@@ -202,18 +205,12 @@ void Engine::step_one(Active& a) {
 // kernels compute every row as they would alone (batch-invariant), so a request's tokens do not
 // depend on what it shares the step with.
 void Engine::step_batched() {
-  const size_t V = size_t(model_.hparams().n_vocab);
-  struct Part {
-    Active* a;
-    size_t rows;
-    bool prefill, logits;
-  };
-  std::vector<Part> parts;
   batch_.clear();
-  std::vector<Active*> decoding;
+  parts_.clear();
+  decoding_.clear();
   for (auto& up : actives_)
-    if (up->prefilled == up->ticket->req.prompt.size()) decoding.push_back(up.get());
-  for (Active* a : decoding) {
+    if (up->prefilled == up->ticket->req.prompt.size()) decoding_.push_back(up.get());
+  for (Active* a : decoding_) {  // a snapshot: a commit that finishes a request removes it
     int32_t token;
     bool forced = false;
     try {
@@ -222,40 +219,49 @@ void Engine::step_batched() {
       finish(*a, FinishReason::Error, e.what());
       continue;
     }
-    if (!commit(*a, token, forced)) continue;  // finished: a is gone
-    batch_.add(a->seq, state_->get(a->seq).n_past, token, true);
-    parts.push_back({a, 1, false, true});
+    if (commit(*a, token, forced)) add_decode_row(*a, token);  // else finished: a is gone
   }
   int budget = model_.options().max_batch_rows - int(batch_.rows.size());
-  for (auto& up : actives_) {
-    Active& a = *up;
-    const std::vector<int32_t>& prompt = a.ticket->req.prompt;
-    if (a.prefilled == prompt.size() || budget <= 0) continue;
-    const size_t n = std::min({prompt.size() - a.prefilled, size_t(opt_.prefill_chunk), size_t(budget)});
-    const int start = state_->get(a.seq).n_past;
-    for (size_t i = 0; i < n; ++i) {
-      const size_t k = a.prefilled + i;
-      batch_.add(a.seq, start + int(i), prompt[k], k + 1 == prompt.size());
-    }
-    parts.push_back({&a, n, true, a.prefilled + n == prompt.size()});
-    budget -= int(n);
+  for (auto& up : actives_)
+    if (up->prefilled < up->ticket->req.prompt.size() && budget > 0) budget -= add_prefill_chunk(*up, budget);
+  run_parts();
+}
+
+void Engine::add_decode_row(Active& a, int32_t token) {
+  batch_.add(a.seq, state_->get(a.seq).n_past, token, true);
+  parts_.push_back({&a, 1, false, true});
+}
+
+int Engine::add_prefill_chunk(Active& a, int max_rows) {
+  const std::vector<int32_t>& prompt = a.ticket->req.prompt;
+  const size_t n = std::min({prompt.size() - a.prefilled, size_t(opt_.prefill_chunk), size_t(max_rows)});
+  const int start = state_->get(a.seq).n_past;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t k = a.prefilled + i;
+    batch_.add(a.seq, start + int(i), prompt[k], k + 1 == prompt.size());
   }
-  if (parts.empty()) return;
-  bool ids = true;  // every row that wants logits needs only its argmax
-  for (const Part& p : parts) ids = ids && (!p.logits || argmax_only(*p.a));
+  parts_.push_back({&a, n, true, a.prefilled + n == prompt.size()});
+  return int(n);
+}
+
+bool Engine::run_parts() {
+  if (parts_.empty()) return true;
+  const size_t V = size_t(model_.hparams().n_vocab);
+  bool ids = true;  // every row that wants logits needs only its argmax: no logits download
+  for (const Part& p : parts_) ids = ids && (!p.logits || argmax_only(*p.a));
   out_.greedy_only = ids ? std::min(model_.hparams().n_vocab, tok_.n_vocab()) : 0;
   try {
     model_.forward(batch_, *state_, out_);
   } catch (const std::exception& e) {
     out_.greedy_only = 0;
-    for (const Part& p : parts)
+    for (const Part& p : parts_)
       if (is_active(*p.a)) finish(*p.a, FinishReason::Error, e.what());
-    return;
+    return false;
   }
   out_.greedy_only = 0;
   size_t li = 0, row = 0;  // logit row, batch row
-  for (const Part& p : parts) {
-    // The request's drafter keeps its context while it shares plain steps.
+  for (const Part& p : parts_) {
+    // The request's drafter keeps its context, also while it shares plain steps.
     if (p.a->drafts) p.a->drafts->on_target_rows_from(int(row), int(p.rows));
     row += p.rows;
     if (p.prefill) p.a->prefilled += p.rows;
@@ -268,6 +274,7 @@ void Engine::step_batched() {
     }
     ++li;
   }
+  return true;
 }
 
 bool Engine::next_token(Active& a, int32_t& token) {
@@ -289,21 +296,6 @@ bool Engine::is_active(const Active& a) const {
   return std::any_of(actives_.begin(), actives_.end(), [&](const auto& up) { return up.get() == &a; });
 }
 
-void Engine::prefill_step(Active& a) {
-  const std::vector<int32_t>& prompt = a.ticket->req.prompt;
-  const size_t n = std::min(prompt.size() - a.prefilled, size_t(opt_.prefill_chunk));
-  const int start = state_->get(a.seq).n_past;
-  batch_.clear();
-  for (size_t i = 0; i < n; ++i) {
-    const size_t k = a.prefilled + i;
-    batch_.add(a.seq, start + int(i), prompt[k], k + 1 == prompt.size());
-  }
-  model_.forward(batch_, *state_, out_);
-  if (a.drafts) a.drafts->on_target_rows(int(n));
-  a.prefilled += n;
-  if (a.prefilled == prompt.size()) a.logits.assign(out_.logits.begin(), out_.logits.end());
-}
-
 // One decode step: commit the next token (forced, chosen by the last verify, or sampled), then
 // either feed it alone for the next logits, or draft after it and verify the block in one
 // forward, committing every accepted draft (speculate).
@@ -319,21 +311,10 @@ bool Engine::decode_step(Active& a) {
   }
   if (n > 0) return speculate(a, token, n);
   batch_.clear();
-  batch_.add(a.seq, state_->get(a.seq).n_past, token, true);
-  if (argmax_only(a)) {  // the next token is this row's argmax: no logits download
-    out_.greedy_only = a.sampler.n_sampleable();
-    model_.forward(batch_, *state_, out_);
-    out_.greedy_only = 0;
-    a.next = out_.greedy[0];
-    a.logits.clear();
-  } else {
-    model_.forward(batch_, *state_, out_);
-    a.logits.assign(out_.logits.begin(), out_.logits.end());
-  }
-  if (a.drafts) {
-    a.drafts->on_target_rows(1);
-    a.policy.record(now_seconds() - t0, 1, 0);
-  }
+  parts_.clear();
+  add_decode_row(a, token);
+  if (!run_parts()) return false;  // failed: a is finished
+  if (a.drafts) a.policy.record(now_seconds() - t0, 1, 0);
   return true;
 }
 

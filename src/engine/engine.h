@@ -114,8 +114,11 @@ class Engine {
   void step_all();             // one step of every active request
   void step_one(Active& a);    // a alone: prefill chunk, or decode (and speculate)
   void step_batched();         // several: one forward for all of them
-  void prefill_step(Active& a);
   bool decode_step(Active& a);
+  // The rows of one plain forward, built part by part (one part a request), then run.
+  void add_decode_row(Active& a, int32_t token);   // token is committed: the row gives the next
+  int add_prefill_chunk(Active& a, int max_rows);  // returns the rows added
+  bool run_parts();  // forward, drafter ingest, next logits or ids; false: it failed (parts finished)
   bool speculate(Active& a, int32_t anchor, int n);  // verify n drafts after anchor; false: request finished
   // The token a commits next: forced (returns true), chosen by the last step, or sampled.
   bool next_token(Active& a, int32_t& token);
@@ -136,6 +139,13 @@ class Engine {
   std::vector<int> free_slots_;           // slots no request holds
   Batch batch_;
   ForwardOutput out_;
+  struct Part {  // a request's rows in batch_
+    Active* a;
+    size_t rows;
+    bool prefill, logits;
+  };
+  std::vector<Part> parts_;           // of batch_, reused every step
+  std::vector<Active*> decoding_;     // step_batched scratch
   std::vector<float> draft_logits_;               // speculation scratch, reused every step
   std::vector<int32_t> drafts_buf_;
   std::vector<std::vector<float>> qs_;

@@ -39,7 +39,6 @@ class Sampler {
     return p_.temperature <= 0 && p_.repeat_penalty == 1.0f && p_.presence_penalty == 0.0f &&
            p_.frequency_penalty == 0.0f && p_.logit_bias.empty();
   }
-  int n_sampleable() const { return n_sampleable_; }
 
   // The probability distribution sample() draws from, over all ids (zeros outside the kept
   // candidates). Used by tests and by speculative verification.
