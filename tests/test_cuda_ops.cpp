@@ -76,6 +76,7 @@
 #include "quant/dequant.h"
 #include "quant/quantize.h"
 #include "quant/types.h"
+#include "support/model_runs.h"
 #include "support/subprocess.h"
 #include "backend/cuda/mv_units.cuh"
 #include "util/half.h"
@@ -458,13 +459,6 @@ double half_value(const uint8_t* p) {
   return (h & 0x8000) ? -v : v;
 }
 
-// The weight types the tensor-core kernel takes (when the shape fits; other shapes of these
-// types get the fp32 kernels and meet the looser bound all the same).
-bool tensor_core_type(GgmlType t) {
-  return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0 ||
-         t == GgmlType::Q4_0 || t == GgmlType::IQ4_XS || t == GgmlType::F16;
-}
-
 struct MatmulCase {
   int64_t n_in, n_out;
   int rows;
@@ -516,7 +510,9 @@ TEST_P(CudaMatmul, AgainstExactAndCpu) {
         }
         const size_t i = size_t(r) * c.n_out + o;
         double tol = red_tol(c.n_in) * mag + 1e-30;
-        if (tensor_core_type(t)) tol = mag * (0x1p-10 + (double(c.n_in) / 16 + 16) * 0x1p-23) + 0x1p-25 * abs_sum + 1e-30;
+        // Types the tensor-core kernel takes (other shapes of them get the fp32 kernels and
+        // meet this looser bound all the same).
+        if (mv::tensor_core_type(t)) tol = mag * (0x1p-10 + (double(c.n_in) / 16 + 16) * 0x1p-23) + 0x1p-25 * abs_sum + 1e-30;
         vs_exact.add(gpu[i], ref, tol, i);
         vs_cpu.add(gpu[i], cpu[i], 2 * tol + act * 1.01, i);
       }
@@ -850,10 +846,10 @@ TEST_F(CudaOps, GdnDeltaRule) {
 // ---------------------------------------------------------------------------------------------
 // Whole models
 
-// Whether the CUDA backend's tensor-core kernel takes this weight (mma_supports in
-// mma_matmul.cu; device copies are 256-byte aligned, so the alignment test passes).
+// Whether the CUDA backend's tensor-core kernel takes this weight (mma_supports; device copies
+// are 256-byte aligned, so the alignment test passes).
 bool cuda_rounds_to_f16(const Weight& w) {
-  return tensor_core_type(w.type) && w.n_in % 4 == 0 && mv::unit_supports(w.type, w.n_in, w.row_bytes, nullptr);
+  return mv::tensor_core_supports(w.type, w.n_in, w.row_bytes, nullptr);
 }
 
 float round_f16(float v) { return f16_to_f32(f32_to_f16(v)); }
@@ -937,37 +933,10 @@ class DequantizedCpu final : public Backend {
   std::map<const void*, std::vector<float>> f32_;
 };
 
-struct GreedyRun {
-  std::vector<float> prompt_logits;              // every prompt row
-  std::vector<int32_t> gen;                      // greedy continuation
-  std::vector<std::vector<float>> step_logits;   // logits that chose gen[i]
-};
+using test::GreedyRun;
+using test::run_greedy;
 
 int32_t argmax(const float* v, size_t n) { return int32_t(std::max_element(v, v + n) - v); }
-
-// Prompt in one batch (all rows want logits), then greedy decode one token per forward.
-GreedyRun run_greedy(TargetModel& tm, const std::vector<int32_t>& prompt, int n_gen) {
-  const size_t V = size_t(tm.hparams().n_vocab);
-  auto st = tm.make_state(1, int(prompt.size()) + n_gen + 1);
-  const int seq = st->create();
-  GreedyRun run;
-  Batch b;
-  ForwardOutput out;
-  for (size_t i = 0; i < prompt.size(); ++i) b.add(seq, int(i), prompt[i], true);
-  tm.forward(b, *st, out);
-  run.prompt_logits = out.logits;
-  std::vector<float> last(out.logits.end() - ptrdiff_t(V), out.logits.end());
-  for (int i = 0; i < n_gen; ++i) {
-    const int32_t next = argmax(last.data(), V);
-    run.gen.push_back(next);
-    run.step_logits.push_back(last);
-    b.clear();
-    b.add(seq, int(prompt.size()) + i, next, true);
-    tm.forward(b, *st, out);
-    last = out.logits;
-  }
-  return run;
-}
 
 // max |a - b| / (1 + |b|) and the relative L2 error ||a - b|| / ||b||.
 std::pair<double, double> logit_errors(const std::vector<float>& a, const std::vector<float>& b) {

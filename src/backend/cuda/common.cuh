@@ -51,4 +51,15 @@ __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1
 
 inline unsigned ceil_div(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
 
+// Calls launch(first_output, outputs, blocks) for slices of n_out small enough for grid.y's
+// 65535 blocks of out_per_block outputs each.
+template <class F>
+void for_output_slices(int64_t n_out, int64_t out_per_block, F&& launch) {
+  const int64_t max_out = out_per_block * 65535;
+  for (int64_t o = 0; o < n_out; o += max_out) {
+    const int64_t n = n_out - o < max_out ? n_out - o : max_out;
+    launch(o, n, ceil_div(n, out_per_block));
+  }
+}
+
 }  // namespace df::cuda

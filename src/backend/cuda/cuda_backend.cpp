@@ -185,12 +185,8 @@ void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
     return;
   }
   if (rows > cuda::kManyRows && cuda::matmul_many_supports(w)) {  // prefill: dequantize W, then a tiled product
-    void* buf = many_scratch_;
-    size_t cap = many_scratch_cap_ * sizeof(float);
-    ensure_scratch(buf, cap, cuda::matmul_many_scratch(w, rows) * sizeof(float), "matmul");
-    many_scratch_ = static_cast<float*>(buf);
-    many_scratch_cap_ = cap / sizeof(float);
-    cuda::matmul_many(w, x, rows, y, many_scratch_, as_stream(stream_));
+    ensure_scratch(many_scratch_, many_scratch_cap_, cuda::matmul_many_scratch(w, rows) * sizeof(float), "matmul");
+    cuda::matmul_many(w, x, rows, y, static_cast<float*>(many_scratch_), as_stream(stream_));
     check_launch("matmul");
     return;
   }

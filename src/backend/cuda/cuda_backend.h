@@ -73,8 +73,8 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> table_host_;  // its contents, to skip identical re-uploads
   void* bounce_ = nullptr;           // scratch for overlapping copy()
   size_t bounce_cap_ = 0;
-  float* many_scratch_ = nullptr;  // f32 W slice + x of the multi-row matmul (grow-only)
-  size_t many_scratch_cap_ = 0;    // in floats
+  void* many_scratch_ = nullptr;  // f32 W slice + x of the multi-row matmul (grow-only)
+  size_t many_scratch_cap_ = 0;   // in bytes
   void* mma_scratch_ = nullptr;  // f16 activations of the tensor-core matmul (grow-only)
   size_t mma_scratch_cap_ = 0;    // in bytes
   int32_t* argmax_dev_ = nullptr;  // argmax_rows results before the download (grow-only)

@@ -128,17 +128,13 @@ __global__ void __launch_bounds__(kMvWarps* kWarp, MvShape<NR>::kMinBlocks)
 template <GgmlType T, int NR>
 void mv_launch(const Weight& w, const float* x, int rows, float* y, cudaStream_t s) {
   constexpr int G = MvShape<NR>::G;
-  constexpr int64_t kOutPerBlock = int64_t(kMvWarps) * G;
-  constexpr int64_t kMaxOutPerLaunch = kOutPerBlock * 65535;  // grid.y limit
   const unsigned n_units = unsigned(w.n_in / mv::Unit<T>::kElems);
   const unsigned groups = ceil_div(rows, kRowGroup);
   const auto* wd = static_cast<const uint8_t*>(w.data);
-  for (int64_t o = 0; o < w.n_out; o += kMaxOutPerLaunch) {
-    const int64_t n = std::min(kMaxOutPerLaunch, w.n_out - o);
-    const dim3 grid(groups, ceil_div(n, kOutPerBlock));
-    mv_kernel<T, NR><<<grid, kMvWarps * kWarp, 0, s>>>(wd + size_t(o) * w.row_bytes, w.row_bytes, n_units, n, x,
-                                                      int(w.n_in), rows, y + o, w.n_out);
-  }
+  for_output_slices(w.n_out, int64_t(kMvWarps) * G, [&](int64_t o, int64_t n, unsigned blocks) {
+    mv_kernel<T, NR><<<dim3(groups, blocks), kMvWarps * kWarp, 0, s>>>(wd + size_t(o) * w.row_bytes, w.row_bytes,
+                                                                      n_units, n, x, int(w.n_in), rows, y + o, w.n_out);
+  });
 }
 
 }  // namespace

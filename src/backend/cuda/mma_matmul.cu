@@ -184,41 +184,18 @@ __global__ void __launch_bounds__(kSplit* kWarp)
 template <GgmlType T, int NT, int kSplit>
 void mma_launch(const Weight& w, const __half* xh, int rows, int rows_pad, float* y, cudaStream_t s) {
   constexpr int MT = (NT == 1 || kSplit == 16) ? 1 : 2;  // shared memory: kSplit * MT * NT * 512 bytes
-  constexpr int64_t kOutPerBlock = 16 * MT;
-  constexpr int64_t kMaxOutPerLaunch = kOutPerBlock * 65535;  // grid.y limit
   const unsigned n_units = unsigned(w.n_in / mv::Unit<T>::kElems);
   const unsigned groups = ceil_div(rows, kRowsPerGroup);
   const auto* wd = static_cast<const uint8_t*>(w.data);
-  for (int64_t o = 0; o < w.n_out; o += kMaxOutPerLaunch) {
-    const int64_t n = std::min(kMaxOutPerLaunch, w.n_out - o);
-    const dim3 grid(groups, ceil_div(n, kOutPerBlock));
-    mma_kernel<T, MT, NT, kSplit><<<grid, kSplit * kWarp, 0, s>>>(wd + size_t(o) * w.row_bytes, w.row_bytes, n_units, n, xh,
-                                                          int(w.n_in), rows_pad, rows, y + o, w.n_out);
-  }
-}
-
-bool mma_type(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K:
-    case GgmlType::Q6_K:
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_0:
-    case GgmlType::IQ4_XS:
-    case GgmlType::F16:
-      return true;
-    default:
-      return false;
-  }
+  for_output_slices(w.n_out, 16 * MT, [&](int64_t o, int64_t n, unsigned blocks) {
+    mma_kernel<T, MT, NT, kSplit><<<dim3(groups, blocks), kSplit * kWarp, 0, s>>>(
+        wd + size_t(o) * w.row_bytes, w.row_bytes, n_units, n, xh, int(w.n_in), rows_pad, rows, y + o, w.n_out);
+  });
 }
 
 }  // namespace
 
-bool mma_supports(const Weight& w) {
-  // 32-bit element offsets inside the kernel; n_in % 4 for the f16 activation rows.
-  return mma_type(w.type) && w.n_in > 0 && w.n_in % 4 == 0 && w.n_in <= (int64_t(1) << 24) &&
-         mv::unit_supports(w.type, w.n_in, w.row_bytes, w.data);
-}
+bool mma_supports(const Weight& w) { return mv::tensor_core_supports(w.type, w.n_in, w.row_bytes, w.data); }
 
 size_t mma_scratch_bytes(const Weight& w, int rows) { return size_t((rows + 7) / 8 * 8) * size_t(w.n_in) * sizeof(__half); }
 

@@ -471,6 +471,30 @@ inline bool unit_supports(GgmlType t, int64_t n_in, size_t row_bytes, const void
   return ok && n_in > 0;
 }
 
+// The types the tensor-core matmul (mma_matmul.cu) takes; F32 and BF16 stay on the fp32 kernels.
+inline bool tensor_core_type(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
+    case GgmlType::IQ4_XS:
+    case GgmlType::F16:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether the tensor-core matmul takes this weight: its type, 32-bit element offsets inside the
+// kernel, n_in % 4 for the f16 activation rows, and the unit's shape/alignment conditions.
+// (Host-compilable, so the tests mirror exactly the weights whose products round to f16.)
+inline bool tensor_core_supports(GgmlType t, int64_t n_in, size_t row_bytes, const void* data) {
+  return tensor_core_type(t) && n_in > 0 && n_in % 4 == 0 && n_in <= (int64_t(1) << 24) &&
+         unit_supports(t, n_in, row_bytes, data);
+}
+
 inline int64_t unit_count(GgmlType t, int64_t n_in) {
   int64_t n = 0;
   dispatch_unit_type(t, [&](auto tag) { n = n_in / Unit<decltype(tag)::value>::kElems; });
