@@ -22,8 +22,9 @@ int SpecPolicy::widest(int block_size) const {
   return std::clamp(n, 0, kMaxDrafts);
 }
 
-std::vector<int> SpecPolicy::widths(int block_size) const {
-  const int n = widest(block_size);
+std::vector<int> SpecPolicy::widths(int block_size) const { return candidates(widest(block_size)); }
+
+std::vector<int> SpecPolicy::candidates(int n) {
   std::vector<int> w;
   for (int c : {n, (n + 1) / 2, (n + 3) / 4})
     if (c > 0 && (w.empty() || c < w.back())) w.push_back(c);
@@ -41,7 +42,7 @@ double SpecPolicy::expected_tokens(int n) const {
 
 double SpecPolicy::best_cost_per_token(int widest_n) const {
   double best = std::numeric_limits<double>::infinity();
-  for (int c : widths(widest_n + 1))
+  for (int c : candidates(widest_n))
     if (step_samples_[size_t(c)] > 0) best = std::min(best, step_cost_[size_t(c)] / expected_tokens(c));
   return best;
 }
@@ -51,7 +52,7 @@ int SpecPolicy::drafts(int block_size) const {
   if (n <= 0) return 0;
   if (!opt_.adaptive) return n;
   if (plain_samples_ < kPlainWarmupSteps || off_tokens_left_ > 0) return 0;
-  const std::vector<int> cand = widths(block_size);
+  const std::vector<int> cand = candidates(n);
   // Measure every width first: the widest kMinSpecSamples times, the others kWidthProbes times.
   for (int c : cand)
     if (step_samples_[size_t(c)] < (c == n ? kMinSpecSamples : kWidthProbes)) return c;
@@ -92,7 +93,7 @@ void SpecPolicy::record(double seconds, int committed, int drafted) {
   }
   if (!opt_.adaptive) return;
   // Judge only once every width has its probe samples.
-  for (int c : widths(widest_seen_ + 1))
+  for (int c : candidates(widest_seen_))
     if (step_samples_[size_t(c)] < (c == widest_seen_ ? kMinSpecSamples : kWidthProbes)) return;
   if (best_cost_per_token(widest_seen_) > plain_cost_) {
     off_tokens_left_ = opt_.reprobe_tokens * backoff_;

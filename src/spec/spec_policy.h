@@ -39,6 +39,7 @@ class SpecPolicy {
 
  private:
   int widest(int block_size) const;
+  static std::vector<int> candidates(int widest_n);  // n, n/2, n/4 (distinct, positive)
   double best_cost_per_token(int widest) const;  // over the measured widths
 
   SpecOptions opt_;
