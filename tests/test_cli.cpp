@@ -59,14 +59,12 @@ TEST_F(Cli, RunPrintsStatsJson) {
   EXPECT_TRUE(j.contains("decode_tok_s"));
 }
 
-TEST_F(Cli, GreedyRunIsReproducibleAndMatchesLibrary) {
-  // Greedy text from the CLI equals the decoded greedy continuation computed in-process.
-  const std::string a = run_command(kBin + " run -m " + model_ + " -p 'abc def' -n 16 --temp 0 2>/dev/null");
-  const std::string b = run_command(kBin + " run -m " + model_ + " -p 'abc def' -n 16 --temp 0 2>/dev/null");
-  EXPECT_EQ(a, b);
-  auto file = gguf::File::open(model_);
+// "abc def" and its 16-token greedy continuation, decoded, computed in-process (what `run -p
+// 'abc def' -n 16 --temp 0` must print).
+std::string library_greedy_text(const std::string& model, const ModelOptions& mo) {
+  auto file = gguf::File::open(model);
   auto be = make_cpu_backend(1);
-  TargetModel tm(*file, *be, ModelOptions{});
+  TargetModel tm(*file, *be, mo);
   Tokenizer tok(Vocab::from_gguf(*file));
   Generator gen(tm, &tok, 256);
   GenerateOptions opt;
@@ -78,8 +76,15 @@ TEST_F(Cli, GreedyRunIsReproducibleAndMatchesLibrary) {
     if (!tok.is_eog(t)) text += dec.push(t);
     return true;
   });
-  text += dec.flush();
-  EXPECT_EQ(a, text + "\n");
+  return text + dec.flush();
+}
+
+TEST_F(Cli, GreedyRunIsReproducibleAndMatchesLibrary) {
+  // Greedy text from the CLI equals the decoded greedy continuation computed in-process.
+  const std::string a = run_command(kBin + " run -m " + model_ + " -p 'abc def' -n 16 --temp 0 2>/dev/null");
+  const std::string b = run_command(kBin + " run -m " + model_ + " -p 'abc def' -n 16 --temp 0 2>/dev/null");
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, library_greedy_text(model_, ModelOptions{}) + "\n");
 }
 
 TEST_F(Cli, TokenizeAndDecodeRoundTrip) {
@@ -134,24 +139,9 @@ TEST_F(Cli, KvTypeQ8_0) {
   // its logits differ from both the f32 and the f16 cache's, within a bound (below). Bad values
   // and head dims that are not whole q8_0 blocks give clear errors.
   const std::string a = run_command(kBin + " run -m " + model_ + " -p 'abc def' -n 16 --temp 0 --kv-type q8_0 2>/dev/null");
-  auto file = gguf::File::open(model_);
-  auto be = make_cpu_backend(1);
   ModelOptions mo;
   mo.kv_type = GgmlType::Q8_0;
-  TargetModel tm(*file, *be, mo);
-  Tokenizer tok(Vocab::from_gguf(*file));
-  Generator gen(tm, &tok, 256);
-  GenerateOptions opt;
-  opt.max_new_tokens = 16;
-  opt.sampling.temperature = 0;
-  std::string text = "abc def";
-  StreamDecoder dec(tok);
-  gen.generate(tok.encode("abc def"), opt, [&](int32_t t) {
-    if (!tok.is_eog(t)) text += dec.push(t);
-    return true;
-  });
-  text += dec.flush();
-  EXPECT_EQ(a, text + "\n");
+  EXPECT_EQ(a, library_greedy_text(model_, mo) + "\n");
 
   const std::string toks = "1,5,9,200,33,7,8,120,64,3,2,1,90,91,92,93,94";
   std::map<std::string, std::vector<float>> lg;

@@ -117,39 +117,8 @@ TEST(Model, InvalidBatchesAreRejected) {
 
 // ---- KV cache types ----
 
-struct GreedyRun {
-  std::vector<float> prompt_logits;             // every prompt row
-  std::vector<int32_t> gen;                     // greedy continuation
-  std::vector<std::vector<float>> step_logits;  // the logits that chose gen[i]
-  size_t kv_bytes = 0;
-};
-
-int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
-
-// Prompt in one batch (every row wants logits), then greedy decode one token per forward.
-GreedyRun run_greedy(TargetModel& tm, const std::vector<int32_t>& prompt, int n_gen) {
-  auto st = tm.make_state(1, int(prompt.size()) + n_gen + 1);
-  const int seq = st->create();
-  GreedyRun run;
-  run.kv_bytes = st->kv()->bytes();
-  Batch b;
-  ForwardOutput out;
-  for (size_t i = 0; i < prompt.size(); ++i) b.add(seq, int(i), prompt[i], true);
-  tm.forward(b, *st, out);
-  run.prompt_logits = out.logits;
-  const size_t V = size_t(tm.hparams().n_vocab);
-  std::vector<float> last(out.logits.end() - ptrdiff_t(V), out.logits.end());
-  for (int i = 0; i < n_gen; ++i) {
-    const int32_t next = argmax(last);
-    run.gen.push_back(next);
-    run.step_logits.push_back(last);
-    b.clear();
-    b.add(seq, int(prompt.size()) + i, next, true);
-    tm.forward(b, *st, out);
-    last = out.logits;
-  }
-  return run;
-}
+using test::GreedyRun;
+using test::run_greedy;
 
 // max |a - b| / (1 + |b|)
 double max_rel(const std::vector<float>& a, const std::vector<float>& b) {

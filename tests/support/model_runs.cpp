@@ -19,4 +19,28 @@ std::vector<float> logits_of_all_positions(TargetModel& tm, const std::vector<in
   return all;
 }
 
+GreedyRun run_greedy(TargetModel& tm, const std::vector<int32_t>& prompt, int n_gen) {
+  const size_t V = size_t(tm.hparams().n_vocab);
+  auto st = tm.make_state(1, int(prompt.size()) + n_gen + 1);
+  const int seq = st->create();
+  GreedyRun run;
+  run.kv_bytes = st->kv()->bytes();
+  Batch b;
+  ForwardOutput out;
+  for (size_t i = 0; i < prompt.size(); ++i) b.add(seq, int(i), prompt[i], true);
+  tm.forward(b, *st, out);
+  run.prompt_logits = out.logits;
+  std::vector<float> last(out.logits.end() - ptrdiff_t(V), out.logits.end());
+  for (int i = 0; i < n_gen; ++i) {
+    const int32_t next = int32_t(std::max_element(last.begin(), last.end()) - last.begin());
+    run.gen.push_back(next);
+    run.step_logits.push_back(last);
+    b.clear();
+    b.add(seq, int(prompt.size()) + i, next, true);
+    tm.forward(b, *st, out);
+    last = out.logits;
+  }
+  return run;
+}
+
 }  // namespace df::test
