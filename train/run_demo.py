@@ -80,6 +80,14 @@ def write_summary(out_dir):
         json.dump(SUMMARY, fh, indent=1, default=str)
 
 
+def smoke_failed(args, e):
+    """A smoke-phase failure: record it, write the summary, exit with code 3 (no GPU time wasted)."""
+    SUMMARY["errors"].append(f"smoke: {type(e).__name__}: {e}\n{traceback.format_exc()}")
+    log(f"SMOKE FAILED: {e}\n{traceback.format_exc()}")
+    write_summary(args.out)
+    sys.exit(3)
+
+
 def copy_tokenizer(tok_dir, dst):
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(tok_dir, f), os.path.join(dst, f))
@@ -710,10 +718,7 @@ def run_drafter_only(args):
                               os.path.join(args.work, "smoke", "stage2"), args.out, True, None, None, r)
                 SUMMARY["smoke"] = r
             except Exception as e:  # noqa: BLE001
-                SUMMARY["errors"].append(f"smoke: {type(e).__name__}: {e}\n{traceback.format_exc()}")
-                log(f"SMOKE FAILED: {e}\n{traceback.format_exc()}")
-                write_summary(args.out)
-                sys.exit(3)
+                smoke_failed(args, e)
         log("smoke passed")
         if args.smoke_only:
             return
@@ -820,10 +825,7 @@ def main():
                     SUMMARY["smoke"] = run_pipeline(args, corpus, train_items, held_items, retr_train, retr_held,
                                                     os.path.join(args.work, "smoke"), args.out, smoke=True)
                 except Exception as e:  # noqa: BLE001
-                    SUMMARY["errors"].append(f"smoke: {type(e).__name__}: {e}\n{traceback.format_exc()}")
-                    log(f"SMOKE FAILED: {e}\n{traceback.format_exc()}")
-                    write_summary(args.out)
-                    sys.exit(3)
+                    smoke_failed(args, e)
             log("smoke passed")
             if args.smoke_only:
                 write_summary(args.out)
