@@ -231,7 +231,7 @@ if [ "$BENCH" = 1 ]; then
     [ "$rc" -ne 0 ] && bench_rc=$rc
     if [ "$NCU" = 1 ] && command -v ncu >/dev/null && [ "$(left)" -gt 90 ]; then
       # Launch 200 on lands inside the first 1-row forward (decode-shaped launches).
-      timeout $(( $(left) - 60 )) ncu --clock-control none --kernel-name regex:mma_kernel --launch-skip 200 \
+      timeout $(( $(left) - 60 )) ncu --clock-control none --kernel-name regex:mma --launch-skip 200 \
         --launch-count 6 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
         --section MemoryWorkloadAnalysis "$BUILD/deltaflash" bench -m "$f" -p 1 -n 2 -r 1 --device cuda \
         >"$LOG/ncu_$t.txt" 2>&1 || echo "gpu-check: ncu rc=$?"
@@ -297,7 +297,7 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
   for f in "$LOG"/ncu_*.txt; do
     [ -s "$f" ] || continue
     echo; echo "=== $(basename "$f") ==="
-    grep -E "mma_kernel|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Registers Per Thread|Grid Size|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Issued Warp|Stall|stalled|Eligible" "$f" | head -80 || true
+    grep -E "mma_kernel|imma_q4k|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Registers Per Thread|Grid Size|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Issued Warp|Stall|stalled|Eligible" "$f" | head -80 || true
   done
   if [ "$BENCH" = 1 ]; then
     echo

@@ -173,6 +173,12 @@ void CudaBackend::ensure_scratch(void*& buf, size_t& cap, size_t bytes, const ch
 void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
   if (rows <= 0 || w.n_out <= 0) return;
   enter();
+  if (cuda::imma_supports(w)) {  // integer tensor cores (imma_matmul.cu), for every row count
+    ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::imma_scratch_bytes(w, rows), "matmul");
+    cuda::imma_matmul(w, x, rows, y, mma_scratch_, as_stream(stream_));
+    check_launch("matmul");
+    return;
+  }
   if (cuda::mma_supports(w)) {  // tensor cores (mma_matmul.cu), for every row count
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::mma_scratch_bytes(w, rows), "matmul");
     cuda::mma_matmul(w, x, rows, y, mma_scratch_, as_stream(stream_));

@@ -75,7 +75,7 @@ class CudaBackend final : public Backend {
   size_t bounce_cap_ = 0;
   void* many_scratch_ = nullptr;  // f32 W slice + x of the multi-row matmul (grow-only)
   size_t many_scratch_cap_ = 0;   // in bytes
-  void* mma_scratch_ = nullptr;  // f16 activations of the tensor-core matmul (grow-only)
+  void* mma_scratch_ = nullptr;  // activations of the tensor-core matmuls, f16 or Q8_K (grow-only)
   size_t mma_scratch_cap_ = 0;    // in bytes
   int32_t* argmax_dev_ = nullptr;  // argmax_rows results before the download (grow-only)
   int argmax_cap_ = 0;

@@ -25,6 +25,14 @@ bool mma_supports(const Weight& w);
 size_t mma_scratch_bytes(const Weight& w, int rows);
 void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scratch, cudaStream_t s);
 
+// imma_matmul.cu -- the integer tensor-core path, any row count: Q4_K weights that
+// mv::int8_tensor_core_supports takes. Activations go through `scratch` in the CPU's Q8_K format
+// (imma_scratch_bytes), so the integer sums match the CPU backend's. Takes precedence over
+// mma_matmul.cu for every row count (a row's result must not depend on the batch).
+bool imma_supports(const Weight& w);
+size_t imma_scratch_bytes(const Weight& w, int rows);
+void imma_matmul(const Weight& w, const float* x, int rows, float* y, void* scratch, cudaStream_t s);
+
 // matmul.cu -- y = x W^T for every supported weight type; false if the type has no kernel.
 bool matmul(const Weight& w, const float* x, int rows, float* y, cudaStream_t s);
 bool matmul_supports(GgmlType t);

@@ -495,6 +495,15 @@ inline bool tensor_core_supports(GgmlType t, int64_t n_in, size_t row_bytes, con
          unit_supports(t, n_in, row_bytes, data);
 }
 
+// The types the integer tensor-core matmul (imma_matmul.cu) takes, ahead of the f16 one: Q4_K,
+// multiplied with activations in the CPU's Q8_K format (whole 256-element super-blocks).
+inline bool int8_tensor_core_type(GgmlType t) { return t == GgmlType::Q4_K; }
+
+inline bool int8_tensor_core_supports(GgmlType t, int64_t n_in, size_t row_bytes, const void* data) {
+  return int8_tensor_core_type(t) && n_in > 0 && n_in % 256 == 0 && n_in <= (int64_t(1) << 24) &&
+         row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0;
+}
+
 inline int64_t unit_count(GgmlType t, int64_t n_in) {
   int64_t n = 0;
   dispatch_unit_type(t, [&](auto tag) { n = n_in / Unit<decltype(tag)::value>::kElems; });

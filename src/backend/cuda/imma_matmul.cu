@@ -1,0 +1,376 @@
+// The integer tensor-core matmul for Q4_K weights: y[r][o] = sum_k W[o][k] x[r][k], every row
+// count, with the activations in the CPU's Q8_K format (8-bit, one scale per 256).
+//
+// Why. A decode step is bound by how fast the weights stream in, and the f16 tensor-core kernel
+// (mma_matmul.cu) spends ~3 instructions per weight element turning nibbles into f16, so it
+// issues instructions most of the time and reads only ~1.1 TB/s. Here a nibble becomes an mma
+// operand with one LOP3 per four (u8 values, or 16 x value for the high nibbles, which u8 still
+// holds) and mma.sync m16n8k32 (u8 x s8 -> s32) sums 32 products of one Q4_K sub-block exactly;
+// the sub-block scales and mins are applied to those exact integer sums, then the float part
+// runs once per 256-element super-block, as the CPU's dot product does.
+//
+// Activations. quantize_q8k_k writes each activation row's Q8_K blocks exactly as
+// quant/activation_quant.cpp does (same max element, same fused multiply-add rounding), so the
+// integer sums equal the CPU's and the two backends differ only in float summation order. Layout
+// in the scratch (q8k_layout): the int8 values row-major; per super-block and row the scale d;
+// per half super-block (4 sub-blocks) and row the four sub-block sums packed as low bytes and
+// high bytes, the operands of two dp4a that form sum_j min_j * sum_j.
+//
+// Fragments. Lane (g, c) = (lane / 4, lane % 4) holds weight rows g and g + 8 of an m-tile and
+// bytes 8c..8c+7 of each 32-byte pair of sub-blocks (low nibbles: sub-block 2i, high: 2i+1).
+// Those 8 elements fill the lane's k slots 4c..4c+3 and 16+4c..16+4c+3; the activation operand
+// takes the same 8 elements of its row (one 8-byte load), so the mma's k order is a
+// permutation of the sub-block's shared by both operands and the sum is unchanged.
+//
+// Split and batch invariance. A row's super-blocks fall into at most 32 slots of consecutive
+// ones (slots_of: a function of n_in alone). A warp sums a slot's super-blocks in order; the
+// block then sums the slots in slot order. Integer sums are exact, so a row's result never
+// depends on the other rows of the call or on how many warps shared the slots
+// (tests/test_cuda_ops.cpp RowsAreBatchInvariant), which speculation relies on.
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/mv_units.cuh"
+
+namespace df::cuda {
+
+namespace {
+
+constexpr int kSb = 256;          // elements per super-block (Q4_K and Q8_K)
+constexpr int kQ4kBytes = 144;    // bytes per Q4_K super-block: d, dmin, 12 scale bytes, 128 quant bytes
+constexpr int kMaxNt = 4;         // n-tiles per launch group: 32 activation rows
+constexpr int kRowsPerGroup = 8 * kMaxNt;
+constexpr int kMaxSlots = 32;     // partial sums per output kept for the in-order final sum
+
+struct Slots {
+  int count, per_slot;
+};
+
+// Where the quantized activations live inside the scratch buffer.
+struct Q8kLayout {
+  size_t q, d, m, bytes;  // byte offsets of the int8 values, the scales, the packed sums; total
+};
+
+Q8kLayout q8k_layout(int64_t n_in, int rows_pad) {
+  const size_t n_sb = size_t(n_in / kSb);
+  auto align = [](size_t v) { return (v + 255) / 256 * 256; };
+  Q8kLayout l{};
+  l.q = 0;
+  l.d = align(size_t(rows_pad) * size_t(n_in));
+  l.m = align(l.d + n_sb * size_t(rows_pad) * sizeof(float));
+  l.bytes = align(l.m + 2 * n_sb * size_t(rows_pad) * sizeof(uint2));
+  return l;
+}
+
+// One warp per (super-block b, row r): Q8_K of x[r][256b .. 256b + 255] as the CPU computes it
+// (quantize_q8_k): the first element of largest magnitude sets iscale = -127 / max; q =
+// round-to-even(fma(x, iscale, 1.5 * 2^23)) capped at 127; d = 1 / iscale. Rows past `rows`
+// (padding up to rows_pad) and all-zero blocks are zeros with d = 0.
+__global__ void __launch_bounds__(kWarp)
+    quantize_q8k_k(const float* __restrict__ x, int rows, int rows_pad, int n_in, int8_t* __restrict__ xq,
+                   float* __restrict__ xd, uint2* __restrict__ xm) {
+  const int b = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
+  const int64_t e = int64_t(b) * kSb + 8 * lane;
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = 0.0f;
+  if (r < rows) {
+    const float4 a = *reinterpret_cast<const float4*>(x + int64_t(r) * n_in + e);
+    const float4 c = *reinterpret_cast<const float4*>(x + int64_t(r) * n_in + e + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
+  amax = warp_max(amax);
+  int q[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) q[j] = 0;
+  float d = 0.0f;
+  if (amax > 0.0f) {
+    // The signed value of the first element (in row order) whose magnitude is amax.
+    float mine = 0.0f;
+    bool found = false;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      if (!found && fabsf(v[j]) == amax) mine = v[j], found = true;
+    const int src = __ffs(__ballot_sync(0xffffffffu, found)) - 1;
+    const float max = __shfl_sync(0xffffffffu, mine, src);
+    const float iscale = -127.f / max;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int bits = __float_as_int(__fmaf_rn(v[j], iscale, 12582912.f));
+      q[j] = min((bits & 0x007fffff) - 0x00400000, 127);
+    }
+    d = 1.0f / iscale;
+  }
+  uint2 packed;
+  packed.x = uint32_t(q[0] & 0xFF) | uint32_t(q[1] & 0xFF) << 8 | uint32_t(q[2] & 0xFF) << 16 | uint32_t(q[3]) << 24;
+  packed.y = uint32_t(q[4] & 0xFF) | uint32_t(q[5] & 0xFF) << 8 | uint32_t(q[6] & 0xFF) << 16 | uint32_t(q[7]) << 24;
+  *reinterpret_cast<uint2*>(xq + int64_t(r) * n_in + e) = packed;
+  // Sub-block sums (4 lanes a sub-block), then each half super-block's four as byte planes.
+  int s = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s += q[j];
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  s += __shfl_xor_sync(0xffffffffu, s, 2);
+  const int base = lane & 16;
+  int c[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) c[j] = __shfl_sync(0xffffffffu, s, base + 4 * j);
+  if ((lane & 15) == 0) {
+    uint32_t lo = 0, hi = 0;  // sum = 256 * (signed high byte) + (unsigned low byte)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      lo |= uint32_t(c[j] & 0xFF) << (8 * j);
+      hi |= uint32_t((c[j] >> 8) & 0xFF) << (8 * j);
+    }
+    xm[(size_t(b) * 2 + lane / 16) * rows_pad + r] = make_uint2(lo, hi);
+  }
+  if (lane == 0) xd[size_t(b) * rows_pad + r] = d;
+}
+
+// d = a * b for one m16n8k32 tile: a holds unsigned bytes, b signed bytes, d starts at zero.
+__device__ __forceinline__ void imma_16832(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  d[0] = d[1] = d[2] = d[3] = 0;
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four-byte dot products with accumulation: unsigned x unsigned, unsigned x signed.
+__device__ __forceinline__ int dp4a_uu(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+__device__ __forceinline__ int byte_of(uint32_t w, int k) { return int((w >> (8 * k)) & 0xFF); }
+
+// A Q4_K super-block header (d, dmin, 12 scale bytes) as packed 6-bit scales and mins of the
+// eight sub-blocks: bytes j of sc[0] / mn[0] are sub-block j, of sc[1] / mn[1] sub-block 4 + j
+// (quant/blocks.h k4_scale_min, four at a time).
+struct Q4kScales {
+  uint32_t sc[2], mn[2];
+  float d, dmin;
+};
+
+__device__ __forceinline__ Q4kScales q4k_scales(const uint8_t* blk) {
+  const uint4 h = __ldg(reinterpret_cast<const uint4*>(blk));
+  Q4kScales s;
+  s.d = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x & 0xFFFF)));
+  s.dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x >> 16)));
+  s.sc[0] = h.y & 0x3F3F3F3Fu;
+  s.mn[0] = h.z & 0x3F3F3F3Fu;
+  s.sc[1] = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+  s.mn[1] = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+  return s;
+}
+
+template <int MT, int NT, int kMaxWarps>
+__global__ void __launch_bounds__(kMaxWarps* kWarp)
+    imma_q4k_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_sb, Slots slots, int64_t n_out,
+                    const int8_t* __restrict__ xq, const float* __restrict__ xd, const uint2* __restrict__ xm,
+                    int n_in, int rows_pad, int rows, float* __restrict__ y, int64_t y_stride) {
+  constexpr int kRegs = MT * NT * 4;
+  extern __shared__ float part_smem[];  // [slot][kRegs][kWarp]
+  auto part = [&](int slot, int reg, int l) -> float& { return part_smem[(slot * kRegs + reg) * kWarp + l]; };
+
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
+  const int g = lane / 4, c = lane % 4;
+  const int64_t o0 = int64_t(blockIdx.y) * (16 * MT);
+  const int r0 = int(blockIdx.x) * kRowsPerGroup;
+  const int nt_live = min(NT, (rows_pad - r0) / 8);  // n-tiles with rows (uniform)
+
+  const uint8_t* wr[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)  // tails: computed from the last row, not stored
+      wr[mt][h] = w + size_t(min(o0 + mt * 16 + g + 8 * h, n_out - 1)) * row_bytes;
+  bool x_live[NT];  // this lane's activation row exists (padding rows are zeros: not loaded)
+  const int8_t* xr[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    x_live[nt] = r0 + nt * 8 + g < rows;
+    xr[nt] = xq + size_t(min(r0 + nt * 8 + g, rows_pad - 1)) * size_t(n_in) + 8 * c;
+  }
+
+  for (int slot = warp; slot < slots.count; slot += n_warps) {
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
+
+  for (int sb = slot * slots.per_slot; sb < min(n_sb, (slot + 1) * slots.per_slot); ++sb) {
+    Q4kScales hs[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) hs[mt][h] = q4k_scales(wr[mt][h] + size_t(sb) * kQ4kBytes);
+
+    // isum = 16 * sum_j sc_j * dot_j over the super-block's sub-blocks (exact; the high
+    // nibbles enter as 16 q, so the low sub-blocks' scales are taken 16 times).
+    int isum[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) isum[mt][nt][j] = 0;
+
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // sub-block pair i: sub-blocks 2i (low nibbles) and 2i + 1 (high)
+      uint2 qw[MT][2];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          qw[mt][h] = __ldg(reinterpret_cast<const uint2*>(wr[mt][h] + size_t(sb) * kQ4kBytes + 16 + 32 * i + 8 * c));
+      uint2 xlo[NT], xhi[NT];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        xlo[nt] = xhi[nt] = make_uint2(0u, 0u);
+        if (nt < nt_live && x_live[nt]) {
+          xlo[nt] = __ldg(reinterpret_cast<const uint2*>(xr[nt] + size_t(sb) * kSb + 64 * i));
+          xhi[nt] = __ldg(reinterpret_cast<const uint2*>(xr[nt] + size_t(sb) * kSb + 64 * i + 32));
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const uint32_t a_lo[4] = {qw[mt][0].x & 0x0F0F0F0Fu, qw[mt][1].x & 0x0F0F0F0Fu, qw[mt][0].y & 0x0F0F0F0Fu,
+                                  qw[mt][1].y & 0x0F0F0F0Fu};
+        const uint32_t a_hi[4] = {qw[mt][0].x & 0xF0F0F0F0u, qw[mt][1].x & 0xF0F0F0F0u, qw[mt][0].y & 0xF0F0F0F0u,
+                                  qw[mt][1].y & 0xF0F0F0F0u};
+        int sc_lo[2], sc_hi[2];  // rows g, g + 8
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          sc_lo[h] = 16 * byte_of(hs[mt][h].sc[i / 2], (2 * i) % 4);
+          sc_hi[h] = byte_of(hs[mt][h].sc[i / 2], (2 * i + 1) % 4);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          if (nt >= nt_live) continue;
+          int dl[4], dh[4];
+          imma_16832(dl, a_lo, xlo[nt].x, xlo[nt].y);
+          imma_16832(dh, a_hi, xhi[nt].x, xhi[nt].y);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) isum[mt][nt][j] += sc_lo[j / 2] * dl[j] + sc_hi[j / 2] * dh[j];
+        }
+      }
+    }
+
+    // Float part, once per super-block and (row, column), as the CPU's k4_block:
+    // (dx * d) * isum - (dx * dmin) * sum_j min_j * xsum_j.
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      if (nt >= nt_live) continue;
+      const int col = r0 + nt * 8 + 2 * c;  // this lane's columns col, col + 1
+      const float2 dx = *reinterpret_cast<const float2*>(xd + size_t(sb) * rows_pad + col);
+      const uint4 m0 = *reinterpret_cast<const uint4*>(xm + (size_t(sb) * 2) * rows_pad + col);
+      const uint4 m1 = *reinterpret_cast<const uint4*>(xm + (size_t(sb) * 2 + 1) * rows_pad + col);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const Q4kScales& s = hs[mt][j / 2];
+          const bool second = j % 2 == 1;
+          const float dxc = second ? dx.y : dx.x;
+          const uint32_t lo0 = second ? m0.z : m0.x, hi0 = second ? m0.w : m0.y;
+          const uint32_t lo1 = second ? m1.z : m1.x, hi1 = second ? m1.w : m1.y;
+          const int lo = dp4a_uu(s.mn[1], lo1, dp4a_uu(s.mn[0], lo0, 0));
+          const int hi = dp4a_us(s.mn[1], hi1, dp4a_us(s.mn[0], hi0, 0));
+          const int msum = hi * 256 + lo;
+          const float a = (dxc * (s.d * 0.0625f)) * float(isum[mt][nt][j]);
+          acc[mt][nt][j] += __fmaf_rn(-(dxc * s.dmin), float(msum), a);
+        }
+    }
+  }
+
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) part(slot, (mt * NT + nt) * 4 + j, lane) = acc[mt][nt][j];
+  }  // slot
+
+  // Sum the slots in slot order; thread t of the block finishes elements t, t + blockDim.x, ...
+  __syncthreads();
+  for (int i = int(threadIdx.x); i < kRegs * kWarp; i += blockDim.x) {
+    const int reg = i / kWarp, l = i % kWarp;
+    const int mt = reg / (NT * 4), nt = (reg / 4) % NT, j = reg % 4;
+    const int64_t o = o0 + mt * 16 + l / 4 + 8 * (j / 2);
+    const int r = r0 + nt * 8 + 2 * (l % 4) + (j % 2);
+    if (nt >= nt_live || o >= n_out || r >= rows) continue;
+    float sum = part(0, reg, l);
+    for (int k = 1; k < slots.count; ++k) sum += part(k, reg, l);
+    y[int64_t(r) * y_stride + o] = sum;
+  }
+}
+
+// The super-blocks of a row in `count` slots of `per_slot` consecutive ones (the last may be
+// short): a slot's are summed in order, then the slots in order. A function of n_in alone.
+Slots slots_of(int n_sb) {
+  const int per = (n_sb + kMaxSlots - 1) / kMaxSlots;
+  return Slots{(n_sb + per - 1) / per, per};
+}
+
+// Eight warps a block, each taking slots w, w + 8, ...: on the H200 this streamed the decode
+// product faster (1.33 TB/s) than a warp per slot (1.20 TB/s, all blocks in one wave waiting on
+// memory together, then computing together).
+template <int NT>
+void imma_launch(const Weight& w, const int8_t* xq, const float* xd, const uint2* xm, int rows, int rows_pad,
+                 float* y, cudaStream_t s) {
+  constexpr int MT = 1;
+  constexpr int kMaxWarps = 8;
+  const int n_sb = int(w.n_in / kSb);
+  const Slots slots = slots_of(n_sb);
+  const int warps = std::min(slots.count, kMaxWarps);
+  const size_t smem = size_t(slots.count) * MT * NT * 4 * kWarp * sizeof(float);
+  static const bool smem_ok = [] {  // up to 64 KiB of dynamic shared memory (kMaxSlots x 16 x 32 floats)
+    return cudaFuncSetAttribute(imma_q4k_kernel<MT, NT, kMaxWarps>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                kMaxSlots * MT * NT * 4 * kWarp * int(sizeof(float))) == cudaSuccess;
+  }();
+  (void)smem_ok;  // a failure shows as the launch error, which the caller checks
+  const unsigned groups = ceil_div(rows, kRowsPerGroup);
+  const auto* wd = static_cast<const uint8_t*>(w.data);
+  for_output_slices(w.n_out, 16 * MT, [&](int64_t o, int64_t n, unsigned blocks) {
+    imma_q4k_kernel<MT, NT, kMaxWarps><<<dim3(groups, blocks), warps * kWarp, smem, s>>>(
+        wd + size_t(o) * w.row_bytes, w.row_bytes, n_sb, slots, n, xq, xd, xm, int(w.n_in), rows_pad, rows, y + o,
+        w.n_out);
+  });
+}
+
+}  // namespace
+
+bool imma_supports(const Weight& w) { return mv::int8_tensor_core_supports(w.type, w.n_in, w.row_bytes, w.data); }
+
+size_t imma_scratch_bytes(const Weight& w, int rows) { return q8k_layout(w.n_in, (rows + 7) / 8 * 8).bytes; }
+
+void imma_matmul(const Weight& w, const float* x, int rows, float* y, void* scratch, cudaStream_t s) {
+  const int rows_pad = (rows + 7) / 8 * 8;
+  const Q8kLayout l = q8k_layout(w.n_in, rows_pad);
+  auto* base = static_cast<uint8_t*>(scratch);
+  auto* xq = reinterpret_cast<int8_t*>(base + l.q);
+  auto* xd = reinterpret_cast<float*>(base + l.d);
+  auto* xm = reinterpret_cast<uint2*>(base + l.m);
+  const int n_sb = int(w.n_in / kSb);
+  quantize_q8k_k<<<dim3(unsigned(n_sb), unsigned(rows_pad)), kWarp, 0, s>>>(x, rows, rows_pad, int(w.n_in), xq, xd, xm);
+  if (rows <= 8) imma_launch<1>(w, xq, xd, xm, rows, rows_pad, y, s);
+  else if (rows <= 16) imma_launch<2>(w, xq, xd, xm, rows, rows_pad, y, s);
+  else imma_launch<4>(w, xq, xd, xm, rows, rows_pad, y, s);
+}
+
+}  // namespace df::cuda
