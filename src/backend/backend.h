@@ -80,6 +80,13 @@ class Backend {
   virtual void matmul(const Weight& w, const float* x, int rows, float* y) = 0;
   // out[r] = dequantized row tokens[r] of the embedding table (ne0 = n_embd).
   virtual void embed(const Weight& table, const int32_t* tokens, int rows, float* out) = 0;
+  // ys[i] = x ws[i]^T for n weights that share the input x, each exactly as matmul(*ws[i], x,
+  // rows, ys[i]) would compute it: the projections a layer applies to one activation (q/k/v,
+  // qkv/z/beta/alpha, gate/up). A backend may share work between them (CUDA: one quantization
+  // of x, one launch); the default runs them one by one.
+  virtual void matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) {
+    for (int i = 0; i < n; ++i) matmul(*ws[i], x, rows, ys[i]);
+  }
   // RMSNorm of n vectors of length dim: out = x * rsqrt(mean(x^2) + eps) * w. Vector i starts at
   // x + i * x_stride (and out + i * out_stride); out may equal x.
   virtual void rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, float eps,

@@ -185,9 +185,9 @@ void TargetModel::attention_layer(const LayerWeights& L, const Batch& batch, Seq
   const bool gated = hp_.arch == Arch::Qwen35;
   const size_t q_head_stride = size_t(gated ? 2 : 1) * D;  // qwen35 interleaves [q_h | gate_h]
   const size_t q_row_stride = q_head_stride * H;
-  be_.matmul(L.wq, s.u, R, s.qg);
-  be_.matmul(L.wk, s.u, R, s.k);
-  be_.matmul(L.wv, s.u, R, s.v);
+  const Weight* qkv_w[] = {&L.wq, &L.wk, &L.wv};
+  float* qkv_y[] = {s.qg, s.k, s.v};
+  be_.matmul_shared_input(qkv_w, qkv_y, 3, s.u, R);
   be_.rms_norm(s.qg, q_head_stride, L.q_norm, R * H, D, hp_.rms_eps, s.qg, q_head_stride);
   be_.rms_norm(s.k, size_t(D), L.k_norm, R * Hkv, D, hp_.rms_eps, s.k, size_t(D));
   be_.rope_neox(s.qg, q_row_stride, q_head_stride, R, H, s.pos, hp_.n_rot, hp_.rope_theta);
@@ -210,10 +210,9 @@ void TargetModel::deltanet_layer(const LayerWeights& L, const Batch& batch, Sequ
   const int R = int(batch.rows.size());
   const GdnShape g = gdn_shape();
   const size_t CD = size_t(g.conv_dim()), VD = size_t(g.n_v) * g.d_v;
-  be_.matmul(L.wqkv, s.u, R, s.qkv);
-  be_.matmul(L.wz, s.u, R, s.z);
-  be_.matmul(L.wbeta, s.u, R, s.beta);
-  be_.matmul(L.walpha, s.u, R, s.alpha);
+  const Weight* in_w[] = {&L.wqkv, &L.wz, &L.wbeta, &L.walpha};
+  float* in_y[] = {s.qkv, s.z, s.beta, s.alpha};
+  be_.matmul_shared_input(in_w, in_y, 4, s.u, R);
   RecurrentPool& rec = *st.recurrent();
   const int hist = hp_.ssm_conv_kernel - 1;
   for (const auto& sg : s.segs) {
@@ -242,8 +241,9 @@ void TargetModel::deltanet_layer(const LayerWeights& L, const Batch& batch, Sequ
 
 void TargetModel::ffn(const LayerWeights& L, int rows) {
   Scratch& s = *s_;
-  be_.matmul(L.ffn_gate, s.u, rows, s.gate);
-  be_.matmul(L.ffn_up, s.u, rows, s.up);
+  const Weight* gate_up_w[] = {&L.ffn_gate, &L.ffn_up};
+  float* gate_up_y[] = {s.gate, s.up};
+  be_.matmul_shared_input(gate_up_w, gate_up_y, 2, s.u, rows);
   be_.swiglu(s.gate, s.up, int64_t(rows) * hp_.n_ff, s.gate);
   be_.matmul(L.ffn_down, s.gate, rows, s.tmp);
 }

@@ -174,8 +174,10 @@ void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
   if (rows <= 0 || w.n_out <= 0) return;
   enter();
   if (cuda::imma_supports(w)) {  // integer tensor cores (imma_matmul.cu), for every row count
+    const Weight* ws[1] = {&w};
+    float* ys[1] = {y};
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::imma_scratch_bytes(w, rows), "matmul");
-    cuda::imma_matmul(w, x, rows, y, mma_scratch_, as_stream(stream_));
+    cuda::imma_matmul_group(ws, ys, 1, x, rows, mma_scratch_, as_stream(stream_));
     check_launch("matmul");
     return;
   }
@@ -198,6 +200,30 @@ void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
   }
   if (!cuda::matmul(w, x, rows, y, as_stream(stream_)))
     fail("the CUDA backend cannot multiply with weights of type {}", type_name(w.type));
+  check_launch("matmul");
+}
+
+// The Q4_K products among them (same n_in) share one quantization of x and their launches; the
+// rest go one by one. Each output is what matmul() gives (same kernel, same split).
+void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) {
+  if (rows <= 0) return;
+  constexpr int kMaxGroup = 8;
+  const Weight* grp[kMaxGroup];
+  float* grp_y[kMaxGroup];
+  int m = 0;
+  for (int i = 0; i < n; ++i) {
+    const Weight& w = *ws[i];
+    if (m < kMaxGroup && w.n_out > 0 && cuda::imma_supports(w) && (m == 0 || w.n_in == grp[0]->n_in)) {
+      grp[m] = &w;
+      grp_y[m++] = ys[i];
+    } else {
+      matmul(w, x, rows, ys[i]);
+    }
+  }
+  if (m == 0) return;
+  enter();
+  ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::imma_scratch_bytes(*grp[0], rows), "matmul");
+  cuda::imma_matmul_group(grp, grp_y, m, x, rows, mma_scratch_, as_stream(stream_));
   check_launch("matmul");
 }
 

@@ -28,6 +28,7 @@
 // depends on the other rows of the call or on how many warps shared the slots
 // (tests/test_cuda_ops.cpp RowsAreBatchInvariant), which speculation relies on.
 #include <algorithm>
+#include <vector>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
@@ -45,6 +46,20 @@ constexpr int kMaxSlots = 32;     // partial sums per output kept for the in-ord
 
 struct Slots {
   int count, per_slot;
+};
+
+// Up to kMaxSegments weights with the same input in one launch (the projections a layer
+// applies to one activation: q/k/v, qkv/z/alpha/beta, gate/up): blocks first_block[i] ..
+// first_block[i + 1] - 1 compute segment i. Each output row is computed as it would be alone.
+constexpr int kMaxSegments = 4;
+struct Segments {
+  const uint8_t* w[kMaxSegments];
+  size_t row_bytes[kMaxSegments];
+  int64_t n_out[kMaxSegments];  // outputs of the segment (a slice of its weight's rows)
+  float* y[kMaxSegments];       // output of the segment's first row, for activation row 0
+  int64_t y_stride[kMaxSegments];
+  int first_block[kMaxSegments + 1];
+  int n;
 };
 
 // Where the quantized activations live inside the scratch buffer.
@@ -134,7 +149,7 @@ __global__ void __launch_bounds__(kWarp)
 // d = a * b for one m16n8k32 tile: a holds unsigned bytes, b signed bytes, d starts at zero.
 __device__ __forceinline__ void imma_16832(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   d[0] = d[1] = d[2] = d[3] = 0;
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
@@ -175,18 +190,27 @@ __device__ __forceinline__ Q4kScales q4k_scales(const uint8_t* blk) {
   return s;
 }
 
+// Blocks per SM the register budget must allow: 3 for one n-tile (24 warps to hide latency), 2 above.
 template <int MT, int NT, int kMaxWarps>
-__global__ void __launch_bounds__(kMaxWarps* kWarp)
-    imma_q4k_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_sb, Slots slots, int64_t n_out,
-                    const int8_t* __restrict__ xq, const float* __restrict__ xd, const uint2* __restrict__ xm,
-                    int n_in, int rows_pad, int rows, float* __restrict__ y, int64_t y_stride) {
+__global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
+    imma_q4k_kernel(const Segments segs, int n_sb, Slots slots, const int8_t* __restrict__ xq,
+                    const float* __restrict__ xd, const uint2* __restrict__ xm, int n_in, int rows_pad, int rows) {
   constexpr int kRegs = MT * NT * 4;
   extern __shared__ float part_smem[];  // [slot][kRegs][kWarp]
   auto part = [&](int slot, int reg, int l) -> float& { return part_smem[(slot * kRegs + reg) * kWarp + l]; };
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
   const int g = lane / 4, c = lane % 4;
-  const int64_t o0 = int64_t(blockIdx.y) * (16 * MT);
+  int seg = 0;
+#pragma unroll
+  for (int i = 1; i < kMaxSegments; ++i)
+    if (i < segs.n && int(blockIdx.y) >= segs.first_block[i]) seg = i;
+  const uint8_t* const w = segs.w[seg];
+  const size_t row_bytes = segs.row_bytes[seg];
+  const int64_t n_out = segs.n_out[seg];
+  float* const y = segs.y[seg];
+  const int64_t y_stride = segs.y_stride[seg];
+  const int64_t o0 = int64_t(int(blockIdx.y) - segs.first_block[seg]) * (16 * MT);
   const int r0 = int(blockIdx.x) * kRowsPerGroup;
   const int nt_live = min(NT, (rows_pad - r0) / 8);  // n-tiles with rows (uniform)
 
@@ -196,12 +220,14 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp)
 #pragma unroll
     for (int h = 0; h < 2; ++h)  // tails: computed from the last row, not stored
       wr[mt][h] = w + size_t(min(o0 + mt * 16 + g + 8 * h, n_out - 1)) * row_bytes;
-  bool x_live[NT];  // this lane's activation row exists (padding rows are zeros: not loaded)
+  // Lanes of padding rows read row r0's bytes (the same sectors as a live lane: no extra
+  // traffic) and use zeros instead; unconditional loads keep the loop one basic block.
+  bool x_live[NT];
   const int8_t* xr[NT];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     x_live[nt] = r0 + nt * 8 + g < rows;
-    xr[nt] = xq + size_t(min(r0 + nt * 8 + g, rows_pad - 1)) * size_t(n_in) + 8 * c;
+    xr[nt] = xq + size_t(x_live[nt] ? r0 + nt * 8 + g : r0) * size_t(n_in) + 8 * c;
   }
 
   for (int slot = warp; slot < slots.count; slot += n_warps) {
@@ -230,29 +256,59 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp)
 #pragma unroll
         for (int j = 0; j < 4; ++j) isum[mt][nt][j] = 0;
 
+    // Every weight load of the super-block is issued before the first use (and, for one n-tile,
+    // every activation load): the kernel is bound by memory latency, so what counts is how many
+    // bytes each warp has in flight.
+    uint2 qw[4][MT][2];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {  // sub-block pair i: sub-blocks 2i (low nibbles) and 2i + 1 (high)
-      uint2 qw[MT][2];
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          qw[mt][h] = __ldg(reinterpret_cast<const uint2*>(wr[mt][h] + size_t(sb) * kQ4kBytes + 16 + 32 * i + 8 * c));
-      uint2 xlo[NT], xhi[NT];
+          qw[i][mt][h] = __ldg(reinterpret_cast<const uint2*>(wr[mt][h] + size_t(sb) * kQ4kBytes + 16 + 32 * i + 8 * c));
+    constexpr int kXAhead = NT == 1 ? 4 : 1;  // sub-block pairs of activations loaded up front
+    uint2 xv[kXAhead][2][NT];
+    auto load_x = [&](int i, uint2 (&v)[2][NT]) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        xlo[nt] = xhi[nt] = make_uint2(0u, 0u);
-        if (nt < nt_live && x_live[nt]) {
-          xlo[nt] = __ldg(reinterpret_cast<const uint2*>(xr[nt] + size_t(sb) * kSb + 64 * i));
-          xhi[nt] = __ldg(reinterpret_cast<const uint2*>(xr[nt] + size_t(sb) * kSb + 64 * i + 32));
+        if (nt >= nt_live) continue;  // uniform
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const uint2 t = __ldg(reinterpret_cast<const uint2*>(xr[nt] + size_t(sb) * kSb + 64 * i + 32 * half));
+          v[half][nt] = x_live[nt] ? t : make_uint2(0u, 0u);
         }
       }
+    };
+    if constexpr (kXAhead == 4) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) load_x(i, xv[i]);
+    }
+    // The float part's inputs for this lane's columns col, col + 1 of n-tile nt: the Q8_K
+    // scales and the packed sub-block sums (two dp4a operands per half super-block). Loaded up
+    // front for one n-tile; wider calls load them when used (registers).
+    float2 dx[NT];
+    uint4 msum4[NT][2];
+    auto load_float_part = [&](int nt) {
+      const int col = r0 + nt * 8 + 2 * c;
+      dx[nt] = *reinterpret_cast<const float2*>(xd + size_t(sb) * rows_pad + col);
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        msum4[nt][half] = *reinterpret_cast<const uint4*>(xm + (size_t(sb) * 2 + half) * rows_pad + col);
+    };
+    if constexpr (NT == 1) load_float_part(0);
+
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // sub-block pair i: sub-blocks 2i (low nibbles) and 2i + 1 (high)
+      uint2(&xi)[2][NT] = xv[kXAhead == 4 ? i : 0];
+      if constexpr (kXAhead != 4) load_x(i, xi);
+      const uint2* xlo = xi[0];
+      const uint2* xhi = xi[1];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        const uint32_t a_lo[4] = {qw[mt][0].x & 0x0F0F0F0Fu, qw[mt][1].x & 0x0F0F0F0Fu, qw[mt][0].y & 0x0F0F0F0Fu,
-                                  qw[mt][1].y & 0x0F0F0F0Fu};
-        const uint32_t a_hi[4] = {qw[mt][0].x & 0xF0F0F0F0u, qw[mt][1].x & 0xF0F0F0F0u, qw[mt][0].y & 0xF0F0F0F0u,
-                                  qw[mt][1].y & 0xF0F0F0F0u};
+        const uint2(&q)[2] = qw[i][mt];
+        const uint32_t a_lo[4] = {q[0].x & 0x0F0F0F0Fu, q[1].x & 0x0F0F0F0Fu, q[0].y & 0x0F0F0F0Fu, q[1].y & 0x0F0F0F0Fu};
+        const uint32_t a_hi[4] = {q[0].x & 0xF0F0F0F0u, q[1].x & 0xF0F0F0F0u, q[0].y & 0xF0F0F0F0u, q[1].y & 0xF0F0F0F0u};
         int sc_lo[2], sc_hi[2];  // rows g, g + 8
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -276,17 +332,15 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       if (nt >= nt_live) continue;
-      const int col = r0 + nt * 8 + 2 * c;  // this lane's columns col, col + 1
-      const float2 dx = *reinterpret_cast<const float2*>(xd + size_t(sb) * rows_pad + col);
-      const uint4 m0 = *reinterpret_cast<const uint4*>(xm + (size_t(sb) * 2) * rows_pad + col);
-      const uint4 m1 = *reinterpret_cast<const uint4*>(xm + (size_t(sb) * 2 + 1) * rows_pad + col);
+      if constexpr (NT != 1) load_float_part(nt);
+      const uint4 m0 = msum4[nt][0], m1 = msum4[nt][1];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const Q4kScales& s = hs[mt][j / 2];
           const bool second = j % 2 == 1;
-          const float dxc = second ? dx.y : dx.x;
+          const float dxc = second ? dx[nt].y : dx[nt].x;
           const uint32_t lo0 = second ? m0.z : m0.x, hi0 = second ? m0.w : m0.y;
           const uint32_t lo1 = second ? m1.z : m1.x, hi1 = second ? m1.w : m1.y;
           const int lo = dp4a_uu(s.mn[1], lo1, dp4a_uu(s.mn[0], lo0, 0));
@@ -331,11 +385,11 @@ Slots slots_of(int n_sb) {
 // product faster (1.33 TB/s) than a warp per slot (1.20 TB/s, all blocks in one wave waiting on
 // memory together, then computing together).
 template <int NT>
-void imma_launch(const Weight& w, const int8_t* xq, const float* xd, const uint2* xm, int rows, int rows_pad,
-                 float* y, cudaStream_t s) {
+void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
+                 int rows_pad, cudaStream_t s) {
   constexpr int MT = 1;
   constexpr int kMaxWarps = 8;
-  const int n_sb = int(w.n_in / kSb);
+  const int n_sb = int(n_in / kSb);
   const Slots slots = slots_of(n_sb);
   const int warps = std::min(slots.count, kMaxWarps);
   const size_t smem = size_t(slots.count) * MT * NT * 4 * kWarp * sizeof(float);
@@ -345,12 +399,34 @@ void imma_launch(const Weight& w, const int8_t* xq, const float* xd, const uint2
   }();
   (void)smem_ok;  // a failure shows as the launch error, which the caller checks
   const unsigned groups = ceil_div(rows, kRowsPerGroup);
-  const auto* wd = static_cast<const uint8_t*>(w.data);
-  for_output_slices(w.n_out, 16 * MT, [&](int64_t o, int64_t n, unsigned blocks) {
-    imma_q4k_kernel<MT, NT, kMaxWarps><<<dim3(groups, blocks), warps * kWarp, smem, s>>>(
-        wd + size_t(o) * w.row_bytes, w.row_bytes, n_sb, slots, n, xq, xd, xm, int(w.n_in), rows_pad, rows, y + o,
-        w.n_out);
-  });
+  imma_q4k_kernel<MT, NT, kMaxWarps><<<dim3(groups, unsigned(segs.first_block[segs.n])), warps * kWarp, smem, s>>>(
+      segs, n_sb, slots, xq, xd, xm, int(n_in), rows_pad, rows);
+}
+
+// The launches for weights ws[0..n) (same n_in) into ys: one launch while the segments fit a
+// grid's 65535 blocks of 16 outputs, else one per slice (for_output_slices).
+std::vector<Segments> plan_segments(const Weight* const* ws, float* const* ys, int n) {
+  std::vector<Segments> out;
+  Segments cur{};
+  auto flush = [&] {
+    if (cur.n > 0) out.push_back(cur);
+    cur = Segments{};
+  };
+  for (int i = 0; i < n; ++i) {
+    const Weight& w = *ws[i];
+    for_output_slices(w.n_out, 16, [&](int64_t o, int64_t cnt, unsigned blocks) {
+      if (cur.n == kMaxSegments || int64_t(cur.first_block[cur.n]) + blocks > 65535) flush();
+      const int k = cur.n++;
+      cur.w[k] = static_cast<const uint8_t*>(w.data) + size_t(o) * w.row_bytes;
+      cur.row_bytes[k] = w.row_bytes;
+      cur.n_out[k] = cnt;
+      cur.y[k] = ys[i] + o;
+      cur.y_stride[k] = w.n_out;
+      cur.first_block[k + 1] = cur.first_block[k] + int(blocks);
+    });
+  }
+  flush();
+  return out;
 }
 
 }  // namespace
@@ -359,18 +435,23 @@ bool imma_supports(const Weight& w) { return mv::int8_tensor_core_supports(w.typ
 
 size_t imma_scratch_bytes(const Weight& w, int rows) { return q8k_layout(w.n_in, (rows + 7) / 8 * 8).bytes; }
 
-void imma_matmul(const Weight& w, const float* x, int rows, float* y, void* scratch, cudaStream_t s) {
+void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
+                       cudaStream_t s) {
+  if (n <= 0) return;
+  const int64_t n_in = ws[0]->n_in;
   const int rows_pad = (rows + 7) / 8 * 8;
-  const Q8kLayout l = q8k_layout(w.n_in, rows_pad);
+  const Q8kLayout l = q8k_layout(n_in, rows_pad);
   auto* base = static_cast<uint8_t*>(scratch);
   auto* xq = reinterpret_cast<int8_t*>(base + l.q);
   auto* xd = reinterpret_cast<float*>(base + l.d);
   auto* xm = reinterpret_cast<uint2*>(base + l.m);
-  const int n_sb = int(w.n_in / kSb);
-  quantize_q8k_k<<<dim3(unsigned(n_sb), unsigned(rows_pad)), kWarp, 0, s>>>(x, rows, rows_pad, int(w.n_in), xq, xd, xm);
-  if (rows <= 8) imma_launch<1>(w, xq, xd, xm, rows, rows_pad, y, s);
-  else if (rows <= 16) imma_launch<2>(w, xq, xd, xm, rows, rows_pad, y, s);
-  else imma_launch<4>(w, xq, xd, xm, rows, rows_pad, y, s);
+  const int n_sb = int(n_in / kSb);
+  quantize_q8k_k<<<dim3(unsigned(n_sb), unsigned(rows_pad)), kWarp, 0, s>>>(x, rows, rows_pad, int(n_in), xq, xd, xm);
+  for (const Segments& segs : plan_segments(ws, ys, n)) {
+    if (rows <= 8) imma_launch<1>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    else if (rows <= 16) imma_launch<2>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    else imma_launch<4>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+  }
 }
 
 }  // namespace df::cuda

@@ -29,9 +29,13 @@ void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scrat
 // mv::int8_tensor_core_supports takes. Activations go through `scratch` in the CPU's Q8_K format
 // (imma_scratch_bytes), so the integer sums match the CPU backend's. Takes precedence over
 // mma_matmul.cu for every row count (a row's result must not depend on the batch).
+// imma_matmul_group: ys[i] = x ws[i]^T for weights of the same n_in sharing the input x: the
+// activations are quantized once and the products share launches; each result is bit-identical
+// to the weight's product alone.
 bool imma_supports(const Weight& w);
 size_t imma_scratch_bytes(const Weight& w, int rows);
-void imma_matmul(const Weight& w, const float* x, int rows, float* y, void* scratch, cudaStream_t s);
+void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
+                       cudaStream_t s);
 
 // matmul.cu -- y = x W^T for every supported weight type; false if the type has no kernel.
 bool matmul(const Weight& w, const float* x, int rows, float* y, cudaStream_t s);
