@@ -266,13 +266,7 @@ void CudaGraphBackend::capture(Graph& g) {
     throw;
   }
   check(cudaStreamEndCapture(s, &graph), "CUDA graph capture (end)");
-  // A graph of the same size is usually the same launches with other arguments (a block table
-  // grew by a block): updating its executable is much cheaper than instantiating a new one.
-  Graph* donor = nullptr;
-  for (Graph& o : graphs_)
-    if (&o != &g && o.exec && o.tape.size() == g.tape.size() && o.generation == buffers_generation_ &&
-        (donor == nullptr || o.last_use > donor->last_use))
-      donor = &o;
+  Graph* donor = donor_for(g);
   destroy(g.exec);
   if (donor) {
     cudaGraphExecUpdateResultInfo info{};
@@ -298,6 +292,17 @@ void CudaGraphBackend::capture(Graph& g) {
   g.generation = buffers_generation_;
 }
 
+// A graph of the same tape size is usually the same launches with other arguments (a block
+// table grew by a block): updating its executable is much cheaper than instantiating anew.
+CudaGraphBackend::Graph* CudaGraphBackend::donor_for(const Graph& g) {
+  Graph* donor = nullptr;
+  for (Graph& o : graphs_)
+    if (&o != &g && o.exec && o.tape.size() == g.tape.size() && o.generation == buffers_generation_ &&
+        (donor == nullptr || o.last_use > donor->last_use))
+      donor = &o;
+  return donor;
+}
+
 void CudaGraphBackend::flush() {
   if (replaying_ || tape_.bytes.empty()) return;
   // Whatever happens below, the next step starts with an empty tape.
@@ -319,7 +324,7 @@ void CudaGraphBackend::flush() {
   Graph* g = nullptr;
   for (Graph& o : graphs_)
     if (o.hash == h && o.tape == tape) g = &o;
-  if (g == nullptr) {  // first sight: run op by op, which also sizes the scratch buffers
+  if (g == nullptr) {
     if (graphs_.size() >= kMaxGraphs) {
       auto lru = std::min_element(graphs_.begin(), graphs_.end(),
                                   [](const Graph& a, const Graph& b) { return a.last_use < b.last_use; });
@@ -331,8 +336,25 @@ void CudaGraphBackend::flush() {
     n.hash = h;
     n.tape = tape;
     n.last_use = ++clock_;
-    run_tape(tape);
-    ++stats_.direct;
+    // A step like a graph we hold (decode as its block table grows) is captured at once: its
+    // buffers are almost surely large enough, and if one is not, the capture stops before it
+    // grows (ensure_scratch) and the step runs op by op. Any other first sight runs op by op,
+    // which sizes the buffers for a capture next time (one-off prefill chunks never pay one).
+    bool launched = false;
+    if (donor_for(n) != nullptr) {
+      try {
+        capture(n);
+        check(cudaGraphLaunch(n.exec, stream()), "CUDA graph launch");
+        launched = true;
+      } catch (const Error&) {
+        destroy(n.exec);
+        cudaGetLastError();
+      }
+    }
+    if (!launched) {
+      run_tape(tape);
+      ++stats_.direct;
+    }
   } else {
     g->last_use = ++clock_;
     if (g->exec == nullptr || g->generation != buffers_generation_) {

@@ -11,8 +11,11 @@
 //   - a tape seen before whose graph was captured under the same buffer generation replays it;
 //   - a tape seen once before is captured now (or an older graph of the same size is updated
 //     to it with cudaGraphExecUpdate) and launched;
-//   - a new tape runs op by op, as without graphs; this also grows the backend's scratch
-//     buffers to the step's needs, so a capture never has to allocate.
+//   - a new tape of the same size as a graph held (decode after its block table grew) is
+//     captured and updated at once; if a scratch buffer would have to grow, the capture stops
+//     and the step runs op by op;
+//   - any other new tape runs op by op, as without graphs; this also grows the backend's
+//     scratch buffers to the step's needs, so its capture next time never has to allocate.
 // A graph was captured from byte-identical calls, so a replay launches the same kernels with
 // the same arguments: results are bit-identical to direct launches. Buffers a launch uses
 // without naming them (matmul scratch, argmax results, the staging buffers) count a
@@ -120,6 +123,7 @@ class CudaGraphBackend final : public CudaBackend {
   void flush();                                 // runs the tape recorded so far
   void run_tape(const std::vector<unsigned char>& tape);
   void capture(Graph& g);
+  Graph* donor_for(const Graph& g);  // the most recent other graph of the same tape size
   void prepare_staging();  // sizes the pinned and table buffers, copies staging_ to pinned
   void destroy(CUgraphExec_st*& exec);
 
