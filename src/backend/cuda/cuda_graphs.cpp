@@ -14,9 +14,10 @@ namespace df {
 
 namespace {
 
-// Graphs kept at once; the least recently used goes first. Decode keeps one per live shape
-// (rows, sequences, block-table lengths), so a handful are in use at any time.
-constexpr size_t kMaxGraphs = 32;
+// Steps remembered at once (seen, or captured); the least recently used goes first. A decode
+// or speculative loop uses one per shape: decode, verify widths, draft, ingest of 1..block
+// rows, times the live block-table buckets.
+constexpr size_t kMaxGraphs = 64;
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("CUDA error in {}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
@@ -33,6 +34,13 @@ uint64_t hash_bytes(const std::vector<unsigned char>& b) {
   }
   for (; i < b.size(); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
   return h;
+}
+
+// Block-table length a step is captured with: n rounded up to a power of two.
+int padded_blocks(int n) {
+  int p = 1;
+  while (p < n) p *= 2;
+  return p;
 }
 
 }  // namespace
@@ -158,18 +166,26 @@ size_t CudaGraphBackend::stage(const void* src, size_t bytes) {
   return off;
 }
 
-int CudaGraphBackend::stage_table(const SeqKv& seq) {
+CudaGraphBackend::StagedTable CudaGraphBackend::stage_table(const SeqKv& seq) {
   const int n = std::max(seq.n_blocks, 0);
-  if (n == 0) return -1;
+  if (n == 0) return StagedTable{0, 0, -1};
   const size_t bytes = size_t(n) * sizeof(int32_t);
   // Every layer passes the same tables: stage each distinct one once per step.
   for (const StagedTable& t : tables_)
-    if (t.n == n && std::memcmp(staging_.data() + t.staged, seq.block_table, bytes) == 0) return t.device_index;
+    if (t.n == n && std::memcmp(staging_.data() + t.staged, seq.block_table, bytes) == 0)
+      return StagedTable{t.staged, padded_blocks(n), t.device_index};
+  // The table is padded with -1 (no block) to the next power of two, so the step's launches
+  // stay the same while a sequence grows by a block: a decode step re-captures after 16, 32,
+  // 64, ... tokens, not every 16. The kernels treat a -1 entry as beyond the table, and a step
+  // only touches positions its blocks hold, so the results are those of the unpadded table.
+  const int padded = padded_blocks(n);
   const StagedTable t{stage(seq.block_table, bytes), n, tables_used_};
-  tables_used_ += n;
+  const size_t pad_at = staging_.size();
+  staging_.resize(pad_at + size_t(padded - n) * sizeof(int32_t), 0xff);  // int32 -1
+  tables_used_ += padded;
   tables_.push_back(t);
-  record(Op::kTable, &CudaGraphBackend::table_staged, t.device_index, t.staged, n);
-  return t.device_index;
+  record(Op::kTable, &CudaGraphBackend::table_staged, t.device_index, t.staged, padded);
+  return StagedTable{t.staged, padded, t.device_index};
 }
 
 void CudaGraphBackend::upload_staged(void* dst, size_t staged, size_t bytes) {
@@ -266,41 +282,14 @@ void CudaGraphBackend::capture(Graph& g) {
     throw;
   }
   check(cudaStreamEndCapture(s, &graph), "CUDA graph capture (end)");
-  Graph* donor = donor_for(g);
   destroy(g.exec);
-  if (donor) {
-    cudaGraphExecUpdateResultInfo info{};
-    if (cudaGraphExecUpdate(donor->exec, graph, &info) == cudaSuccess) {
-      g.exec = donor->exec;
-      donor->exec = nullptr;
-      ++stats_.updated;
-    } else {
-      cudaGetLastError();
-      destroy(donor->exec);  // not trusted after a failed update
-    }
-  }
-  if (g.exec == nullptr) {
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    check(e, "CUDA graph instantiate");
-    g.exec = exec;
-    ++stats_.captured;
-  } else {
-    cudaGraphDestroy(graph);
-  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  check(e, "CUDA graph instantiate");
+  g.exec = exec;
   g.generation = buffers_generation_;
-}
-
-// A graph of the same tape size is usually the same launches with other arguments (a block
-// table grew by a block): updating its executable is much cheaper than instantiating anew.
-CudaGraphBackend::Graph* CudaGraphBackend::donor_for(const Graph& g) {
-  Graph* donor = nullptr;
-  for (Graph& o : graphs_)
-    if (&o != &g && o.exec && o.tape.size() == g.tape.size() && o.generation == buffers_generation_ &&
-        (donor == nullptr || o.last_use > donor->last_use))
-      donor = &o;
-  return donor;
+  ++stats_.captured;
 }
 
 void CudaGraphBackend::flush() {
@@ -324,7 +313,7 @@ void CudaGraphBackend::flush() {
   Graph* g = nullptr;
   for (Graph& o : graphs_)
     if (o.hash == h && o.tape == tape) g = &o;
-  if (g == nullptr) {
+  if (g == nullptr) {  // first sight: op by op, which also sizes the scratch buffers for a capture
     if (graphs_.size() >= kMaxGraphs) {
       auto lru = std::min_element(graphs_.begin(), graphs_.end(),
                                   [](const Graph& a, const Graph& b) { return a.last_use < b.last_use; });
@@ -336,33 +325,27 @@ void CudaGraphBackend::flush() {
     n.hash = h;
     n.tape = tape;
     n.last_use = ++clock_;
-    // A step like a graph we hold (decode as its block table grows) is captured at once: its
-    // buffers are almost surely large enough, and if one is not, the capture stops before it
-    // grows (ensure_scratch) and the step runs op by op. Any other first sight runs op by op,
-    // which sizes the buffers for a capture next time (one-off prefill chunks never pay one).
-    bool launched = false;
-    if (donor_for(n) != nullptr) {
-      try {
-        capture(n);
-        check(cudaGraphLaunch(n.exec, stream()), "CUDA graph launch");
-        launched = true;
-      } catch (const Error&) {
-        destroy(n.exec);
-        cudaGetLastError();
-      }
-    }
-    if (!launched) {
-      run_tape(tape);
-      ++stats_.direct;
-    }
+    run_tape(tape);
+    ++stats_.direct;
   } else {
     g->last_use = ++clock_;
+    bool captured = true;
     if (g->exec == nullptr || g->generation != buffers_generation_) {
-      capture(*g);
+      try {
+        capture(*g);
+      } catch (const Error&) {  // not expected (the step ran before); the step still runs
+        destroy(g->exec);
+        captured = false;
+      }
     } else {
       ++stats_.replayed;
     }
-    check(cudaGraphLaunch(g->exec, stream()), "CUDA graph launch");
+    if (captured) {
+      check(cudaGraphLaunch(g->exec, stream()), "CUDA graph launch");
+    } else {
+      run_tape(tape);
+      ++stats_.direct;
+    }
   }
   check(cudaEventRecord(pinned_free_, stream()), "CUDA graph staging (event)");
   pinned_pending_ = true;
@@ -453,8 +436,8 @@ void CudaGraphBackend::kv_store(const KvLayerView& kv, const SeqKv& seq, const f
                                 const int32_t* pos, int rows) {
   if (!recording()) return CudaBackend::kv_store(kv, seq, k, v, pos, rows);
   if (rows <= 0) return;
-  const int table = stage_table(seq);
-  record(Op::kKvStore, &CudaGraphBackend::kv_store_at, kv, table, seq.n_blocks, k, v, pos, rows);
+  const StagedTable t = stage_table(seq);
+  record(Op::kKvStore, &CudaGraphBackend::kv_store_at, kv, t.device_index, t.n, k, v, pos, rows);
 }
 
 void CudaGraphBackend::attention(const float* q, size_t q_row_stride, size_t q_head_stride, int rows,
@@ -463,9 +446,9 @@ void CudaGraphBackend::attention(const float* q, size_t q_row_stride, size_t q_h
   if (!recording())
     return CudaBackend::attention(q, q_row_stride, q_head_stride, rows, pos, n_head, kv, seq, scale, out);
   if (rows <= 0 || n_head <= 0) return;
-  const int table = stage_table(seq);
-  record(Op::kAttention, &CudaGraphBackend::attention_at, q, q_row_stride, q_head_stride, rows, pos, n_head, kv, table,
-         seq.n_blocks, scale, out);
+  const StagedTable t = stage_table(seq);
+  record(Op::kAttention, &CudaGraphBackend::attention_at, q, q_row_stride, q_head_stride, rows, pos, n_head, kv,
+         t.device_index, t.n, scale, out);
 }
 
 void CudaGraphBackend::conv1d_silu(const float* x, size_t x_stride, int rows, int channels, const float* w, int kernel,

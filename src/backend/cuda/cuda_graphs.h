@@ -9,13 +9,13 @@
 // memcpys, which a graph can hold), so it is part of the replay in its original order.
 // When the step ends (or a download inside it needs its results) the tape is the key:
 //   - a tape seen before whose graph was captured under the same buffer generation replays it;
-//   - a tape seen once before is captured now (or an older graph of the same size is updated
-//     to it with cudaGraphExecUpdate) and launched;
-//   - a new tape of the same size as a graph held (decode after its block table grew) is
-//     captured and updated at once; if a scratch buffer would have to grow, the capture stops
-//     and the step runs op by op;
-//   - any other new tape runs op by op, as without graphs; this also grows the backend's
-//     scratch buffers to the step's needs, so its capture next time never has to allocate.
+//   - a tape seen once before is captured now, instantiated and launched;
+//   - a new tape runs op by op, as without graphs; this also grows the backend's scratch
+//     buffers to the step's needs, so its capture next time never has to allocate.
+// Block tables are staged padded with -1 entries to a power-of-two length (the kernels read
+// -1 as "no block"), so a sequence growing by a block keeps its tape: decode re-captures at
+// 16, 32, 64, ... tokens. That is the one difference from direct launches' arguments; the
+// results are the same since a step only touches positions its real blocks hold.
 // A graph was captured from byte-identical calls, so a replay launches the same kernels with
 // the same arguments: results are bit-identical to direct launches. Buffers a launch uses
 // without naming them (matmul scratch, argmax results, the staging buffers) count a
@@ -36,7 +36,6 @@ namespace df {
 struct CudaGraphStats {
   int64_t direct = 0;    // first sight of a step: op by op
   int64_t captured = 0;  // captured and instantiated
-  int64_t updated = 0;   // captured, then an existing graph updated to it
   int64_t replayed = 0;  // launched from an existing graph
 };
 
@@ -99,7 +98,7 @@ class CudaGraphBackend final : public CudaBackend {
   };
   struct StagedTable {
     size_t staged = 0;  // offset in staging_
-    int n = 0;
+    int n = 0;          // entries (real ones in tables_, padded in what stage_table returns)
     int device_index = 0;  // first entry in tables_dev_
   };
 
@@ -119,11 +118,12 @@ class CudaGraphBackend final : public CudaBackend {
                     int n_head, const KvLayerView& kv, int table_index, int n_blocks, float scale, float* out);
   void argmax_at(const float* x, int rows, int n, size_t stride);
   size_t stage(const void* src, size_t bytes);  // copies into staging_, returns the offset
-  int stage_table(const SeqKv& seq);            // device index of the table, -1 when empty
+  // Stages seq's table (once per step), padded with -1; returns where it goes on the device
+  // (device_index, -1 for an empty table) and its padded length (n).
+  StagedTable stage_table(const SeqKv& seq);
   void flush();                                 // runs the tape recorded so far
   void run_tape(const std::vector<unsigned char>& tape);
   void capture(Graph& g);
-  Graph* donor_for(const Graph& g);  // the most recent other graph of the same tape size
   void prepare_staging();  // sizes the pinned and table buffers, copies staging_ to pinned
   void destroy(CUgraphExec_st*& exec);
 
