@@ -15,6 +15,7 @@ namespace {
 
 constexpr int kMaxHeadDim = 1024;  // attention keeps q and 4 partial outputs in shared memory
 constexpr int kMaxConvKernel = 16;
+constexpr int kArgmaxRows = 256;  // argmax_rows results allocated up front
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("CUDA error in {}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
@@ -29,6 +30,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = s;
+  // Room for a verify step's ids from the start: growing it later would also invalidate every
+  // CUDA graph captured before (cuda_graphs.h), e.g. a prefill's before the first greedy step.
+  check(cudaMalloc(reinterpret_cast<void**>(&argmax_dev_), kArgmaxRows * sizeof(int32_t)), "argmax_rows (scratch)");
+  argmax_cap_ = kArgmaxRows;
 }
 
 CudaBackend::~CudaBackend() {
