@@ -32,7 +32,7 @@ struct CUevent_st;      // cudaEvent_t
 
 namespace df {
 
-// Counts of how steps ran (tests and bench read them).
+// Counts of how steps ran (the tests read them).
 struct CudaGraphStats {
   int64_t direct = 0;    // first sight of a step: op by op
   int64_t captured = 0;  // captured and instantiated
