@@ -87,6 +87,18 @@ TEST_F(Cli, GreedyRunIsReproducibleAndMatchesLibrary) {
   EXPECT_EQ(a, library_greedy_text(model_, ModelOptions{}) + "\n");
 }
 
+TEST_F(Cli, CudaGraphsFlag) {
+  // Same text with CUDA graphs off as with the default (on); on a GPU this compares graph
+  // replays with direct launches, on the CPU the flag has no effect. Only on|off is accepted.
+  const std::string on = run_command(kBin + " run -m " + model_ + " -p 'abc def' -n 24 --temp 0 2>/dev/null");
+  const std::string off =
+      run_command(kBin + " run -m " + model_ + " -p 'abc def' -n 24 --temp 0 --cuda-graphs off 2>/dev/null");
+  EXPECT_EQ(on, off);
+  auto [out, rc] = run_failing(kBin + " run -m " + model_ + " -p hi --cuda-graphs maybe");
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--cuda-graphs"), std::string::npos) << out;
+}
+
 TEST_F(Cli, TokenizeAndDecodeRoundTrip) {
   const std::string ids = run_command(kBin + " tokenize -m " + model_ + " 'Hello, world! <|im_end|>' 2>/dev/null");
   ASSERT_EQ(ids.front(), '[');

@@ -20,7 +20,10 @@
 #                                     mix-q4_k_m target with a 27B-shaped drafter (5 layers,
 #                                     hidden 5120, block 16): `bench --draft` (draft and verify
 #                                     step times, projected speedups), and bench/spec_demo.sh on
-#                                     the demo pair (spec_27b.txt, spec_demo.txt in LOG_DIR)
+#                                     the demo pair (spec_27b.txt, spec_demo.txt in LOG_DIR),
+#                                     plus the demo target's plain decode with --cuda-graphs off
+#                                     and on (spec_graphs_off/on.txt) and the demo pair again
+#                                     with graphs off (demo_spec_graphs_off.txt, if time is left)
 #                                     --ncu: with --bench, also profile six tensor-core matmul
 #                                     kernels of a decode step with Nsight Compute (speed of
 #                                     light, occupancy, warp stall reasons; ncu_<type>.txt in
@@ -245,19 +248,36 @@ fi
 spec_rc=skipped
 if [ "$SPEC" = 1 ]; then
   spec_rc=0
-  mkdir -p "$MODEL_DIR"
-  {
-    "$BUILD/deltaflash" make-model --arch qwen35 --shape 27b --type mix-q4_k_m --seed 1 -q -o "$MODEL_DIR/t27.gguf" &&
-      "$BUILD/deltaflash" make-model --arch qwen35-dflash-draft --target "$MODEL_DIR/t27.gguf" --type q8_0 --seed 2 -q \
-        -o "$MODEL_DIR/d27.gguf" &&
-      timeout $(( $(left) - 100 )) "$BUILD/deltaflash" bench -m "$MODEL_DIR/t27.gguf" --draft "$MODEL_DIR/d27.gguf" \
-        -p 64 -n 32 -r 3 --device cuda --json-out "$LOG/spec_27b.json"
-  } >"$LOG/spec_27b.txt" 2>&1 || spec_rc=$?
-  rm -f "$MODEL_DIR/t27.gguf" "$MODEL_DIR/d27.gguf"
-  echo "gpu-check: 27B speculation bench rc=$spec_rc ($(elapsed))"
-  timeout $(( $(left) - 15 )) bench/spec_demo.sh models/demo/qwen35-demo-target-q8_0.gguf \
+  # Cheapest first: the demo target's plain decode (launch-bound) with CUDA graphs off and on,
+  # then the demo pair, then (time permitting) the demo pair without graphs and the 27B pair.
+  for g in off on; do
+    timeout 90 "$BUILD/deltaflash" bench -m models/demo/qwen35-demo-target-q8_0.gguf -p 16 -n 128 -r 3 --device cuda \
+      --cuda-graphs "$g" >"$LOG/spec_graphs_$g.txt" 2>&1 || spec_rc=$?
+  done
+  echo "gpu-check: demo-target decode, CUDA graphs off/on rc=$spec_rc ($(elapsed))"
+  timeout $(( $(left) > 45 ? $(left) - 15 : 30 )) bench/spec_demo.sh models/demo/qwen35-demo-target-q8_0.gguf \
     models/demo/qwen35-demo-drafter-q8_0.gguf --max-prompts 5 --bin "$BUILD/deltaflash" --device cuda >"$LOG/spec_demo.txt" 2>&1 || spec_rc=$?
   echo "gpu-check: demo-pair speculation rc=$spec_rc ($(elapsed))"
+  if [ "$(left)" -gt 90 ]; then
+    timeout $(( $(left) - 15 )) bench/spec_demo.sh models/demo/qwen35-demo-target-q8_0.gguf \
+      models/demo/qwen35-demo-drafter-q8_0.gguf --max-prompts 5 --bin "$BUILD/deltaflash" --device cuda \
+      --cuda-graphs off >"$LOG/demo_spec_graphs_off.txt" 2>&1 || spec_rc=$?
+    echo "gpu-check: demo-pair speculation without CUDA graphs rc=$spec_rc ($(elapsed))"
+  fi
+  if [ "$(left)" -gt 150 ]; then
+    mkdir -p "$MODEL_DIR"
+    {
+      "$BUILD/deltaflash" make-model --arch qwen35 --shape 27b --type mix-q4_k_m --seed 1 -q -o "$MODEL_DIR/t27.gguf" &&
+        "$BUILD/deltaflash" make-model --arch qwen35-dflash-draft --target "$MODEL_DIR/t27.gguf" --type q8_0 --seed 2 -q \
+          -o "$MODEL_DIR/d27.gguf" &&
+        timeout $(( $(left) - 15 )) "$BUILD/deltaflash" bench -m "$MODEL_DIR/t27.gguf" --draft "$MODEL_DIR/d27.gguf" \
+          -p 64 -n 32 -r 3 --device cuda --json-out "$LOG/spec_27b.json"
+    } >"$LOG/spec_27b.txt" 2>&1 || spec_rc=$?
+    rm -f "$MODEL_DIR/t27.gguf" "$MODEL_DIR/d27.gguf"
+    echo "gpu-check: 27B speculation bench rc=$spec_rc ($(elapsed))"
+  else
+    echo "not run: $(left) s of the budget left" >"$LOG/spec_27b.txt"
+  fi
 fi
 
 all_rc=0
@@ -327,6 +347,12 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
   if [ "$SPEC" = 1 ]; then
     echo; echo "=== speculation: 27B-shaped pair ==="; grep -A4 "^| block" "$LOG/spec_27b.txt" || tail -5 "$LOG/spec_27b.txt"
     echo; echo "=== speculation: demo pair ==="; tail -6 "$LOG/spec_demo.txt"
+    if [ -f "$LOG/demo_spec_graphs_off.txt" ]; then
+      echo; echo "=== speculation: demo pair, --cuda-graphs off ==="; tail -6 "$LOG/demo_spec_graphs_off.txt"
+    fi
+    for g in off on; do
+      echo; echo "=== demo target plain decode, --cuda-graphs $g ==="; grep -E '^\|' "$LOG/spec_graphs_$g.txt" | head -12 || tail -5 "$LOG/spec_graphs_$g.txt"
+    done
   fi
   printf '%-22s %s\n' "wall time" "$(elapsed)"
 } | tee "$LOG/summary.txt"

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 
 #include "quant/types.h"
@@ -148,14 +149,51 @@ class Backend {
   // index; NaN is below every number (a row of only NaN gives 0). Waits for the result, like
   // download().
   virtual void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) = 0;
+
+  // --- steps (CUDA graphs) ---
+  // A model brackets the ops of one forward pass with begin_step() / end_step() (StepScope).
+  // A backend may then defer the step's ops and replay an identical earlier step as one unit
+  // (the CUDA backend: a captured CUDA graph); the results are exactly those of direct calls.
+  // Inside a step: upload() sources may be reused at once (as always); download(),
+  // argmax_rows() and synchronize() first run what the step queued so far; alloc(), release()
+  // and weight_data() do too, but a step should not need them; an op's argument errors may
+  // surface at that point rather than at the call. The defaults (CPU backend, wrappers such as
+  // the profiler) do nothing, so ops run as called.
+  virtual void begin_step() {}
+  virtual void end_step() {}
+};
+
+// Brackets one step and ends it when leaving the scope. end_step() may run the queued work
+// and throw its errors; while unwinding from another exception those are dropped instead.
+class StepScope {
+ public:
+  explicit StepScope(Backend& be) : be_(be), unwinding_(std::uncaught_exceptions()) { be_.begin_step(); }
+  ~StepScope() noexcept(false) {
+    if (std::uncaught_exceptions() == unwinding_) {
+      be_.end_step();
+      return;
+    }
+    try {
+      be_.end_step();
+    } catch (...) {  // the exception in flight is the one to report
+    }
+  }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+ private:
+  Backend& be_;
+  int unwinding_;
 };
 
 // The CPU backend with n_threads workers (0 = all hardware threads).
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 
 // The CUDA backend on GPU `device` (0-based). Throws df::Error when this build has no CUDA
-// backend (configured with DELTAFLASH_CUDA off) or the device cannot be used.
-std::unique_ptr<Backend> make_cuda_backend(int device);
+// backend (configured with DELTAFLASH_CUDA off) or the device cannot be used. cuda_graphs:
+// steps (begin_step/end_step) are replayed as CUDA graphs (backend/cuda/cuda_graphs.h);
+// false launches every op directly.
+std::unique_ptr<Backend> make_cuda_backend(int device, bool cuda_graphs = true);
 // Usable CUDA devices: 0 when this build has no CUDA backend, or no driver or GPU is present.
 int cuda_device_count();
 

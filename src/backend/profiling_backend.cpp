@@ -225,4 +225,17 @@ void ProfilingBackend::argmax_rows(const float* x, int rows, int n, size_t strid
   run(kArgmax, 0, [&] { inner_->argmax_rows(x, rows, n, stride, out_host); });
 }
 
+void ProfilingBackend::begin_step() {
+  const bool forward = mode_ != Mode::kTime;
+  steps_.push_back(forward);
+  if (forward) inner_->begin_step();
+}
+
+void ProfilingBackend::end_step() {
+  if (steps_.empty()) return;
+  const bool forwarded = steps_.back();
+  steps_.pop_back();
+  if (forwarded) inner_->end_step();
+}
+
 }  // namespace df

@@ -3,7 +3,7 @@
 // --profile` to show where a forward's time goes; works over any backend.
 //
 // Modes: off (forwarding only), count (calls and bytes: an array update per op), time (count,
-// and time each op). Timing over the CUDA backend brackets each op with two CUDA events on its
+// and time each op; steps then run op by op, without CUDA graphs). Timing over the CUDA backend brackets each op with two CUDA events on its
 // stream (no host synchronisation, so the queue of work runs as it would unprofiled, and launch
 // gaps show up as the difference between a step's wall time and the sum of its op times); over
 // a synchronous backend (CPU) it reads the host clock around each op.
@@ -90,6 +90,10 @@ class ProfilingBackend final : public Backend {
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                       float eps) override;
   void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) override;
+  // Steps reach the inner backend (CUDA graphs) unless timing is on: per-op times need each op
+  // launched on its own, between its two events.
+  void begin_step() override;
+  void end_step() override;
 
  private:
   // Fixed op kinds, then matmul kinds (weight type id x rows bucket).
@@ -120,6 +124,7 @@ class ProfilingBackend final : public Backend {
   Mode mode_ = Mode::kOff;
   std::array<Slot, kOps> slots_{};
   std::vector<Pending> pending_;
+  std::vector<bool> steps_;  // open steps: whether each was forwarded to inner_
 };
 
 }  // namespace df

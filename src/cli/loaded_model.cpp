@@ -50,7 +50,7 @@ std::unique_ptr<Backend> make_backend(const LoadOptions& opt) {
     }
     const int n = cuda_device_count();
     if (index >= n) fail("--device '{}': {} CUDA device(s) available", opt.device, n);
-    return make_cuda_backend(index);
+    return make_cuda_backend(index, opt.cuda_graphs == "on");
   }
   fail("--device must be auto, cpu, cuda or cuda:N, not '{}'", opt.device);
 }
@@ -61,6 +61,12 @@ void add_backend_flags(CLI::App* cmd, LoadOptions& opt) {
   cmd->add_option("--kv-type", opt.kv_type,
                   "KV cache type: f16, f32 (exact) or q8_0 (34 bytes per 32 elements, ~half of f16; "
                   "head dims multiple of 32)")
+      ->capture_default_str();
+  cmd->add_option("--cuda-graphs", opt.cuda_graphs,
+                  "on: each decode/verify step on CUDA is captured once as a CUDA graph and replayed (same "
+                  "results, far fewer launches); off: every kernel is launched directly (no effect on the CPU, "
+                  "nor under bench --profile)")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
 }
 

@@ -30,9 +30,10 @@ struct LoadOptions {
   int max_batch_rows = 512;     // largest prefill chunk
   bool progress = true;         // progress bar while loading
   bool profile = false;         // wrap the backend in a ProfilingBackend (bench)
+  std::string cuda_graphs = "on";  // on: CUDA steps replay as CUDA graphs | off: direct launches
 };
 
-// Adds --device, --threads and --kv-type to a subcommand.
+// Adds --device, --threads, --kv-type and --cuda-graphs to a subcommand.
 void add_backend_flags(CLI::App* cmd, LoadOptions& opt);
 
 LoadedModel load_model(const std::string& path, const LoadOptions& opt);

@@ -120,6 +120,7 @@ void DraftModel::ingest(SequenceStore& st, int seq, const float* features, int r
     rows -= skip;
   }
   for (int r0 = 0; r0 < rows; r0 += max_ingest_rows_) {
+    StepScope step(be_);  // the few rows of a decode or verify step: replayed as a CUDA graph
     const int n = std::min(max_ingest_rows_, rows - r0);
     Sequence& q = st.get(seq);
     const int p0 = q.n_past;
@@ -166,6 +167,7 @@ void DraftModel::layer(const DraftLayerWeights& L, int B, const SeqKv& seq, cons
 }
 
 void DraftModel::draft(SequenceStore& st, int seq, int32_t anchor, std::vector<float>& logits) {
+  StepScope step(be_);  // the block's forward may replay as one CUDA graph
   run_block(st, seq, anchor);
   const size_t V = size_t(target_.hparams().n_vocab);
   logits.resize(size_t(block_ - 1) * V);
@@ -175,6 +177,7 @@ void DraftModel::draft(SequenceStore& st, int seq, int32_t anchor, std::vector<f
 void DraftModel::draft_greedy(SequenceStore& st, int seq, int32_t anchor, int limit, std::vector<int32_t>& ids) {
   const int V = target_.hparams().n_vocab;
   if (limit <= 0 || limit > V) fail("draft_greedy: id limit {} outside 1..{}", limit, V);
+  StepScope step(be_);
   run_block(st, seq, anchor);
   ids.resize(size_t(block_ - 1));
   be_.argmax_rows(s_->logits, block_ - 1, limit, size_t(V), ids.data());

@@ -132,6 +132,8 @@ void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& 
     st.reserve(sg.seq, p0 + sg.n);
   }
 
+  // From here to the logits' download the step's ops may be replayed as one CUDA graph.
+  StepScope step(be_);
   be_.upload(s.tokens, s.h_tokens.data(), size_t(R) * sizeof(int32_t));
   be_.upload(s.pos, s.h_pos.data(), size_t(R) * sizeof(int32_t));
   const size_t E = size_t(hp_.n_embd);

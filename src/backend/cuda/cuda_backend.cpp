@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/cuda_graphs.h"
 #include "backend/cuda/kernels.h"
 #include "util/error.h"
 
@@ -14,6 +15,7 @@ namespace {
 
 constexpr int kMaxHeadDim = 1024;  // attention keeps q and 4 partial outputs in shared memory
 constexpr int kMaxConvKernel = 16;
+constexpr int kArgmaxRows = 256;  // argmax_rows results allocated up front
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("CUDA error in {}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
@@ -28,6 +30,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = s;
+  // Room for a verify step's ids from the start: growing it later would also invalidate every
+  // CUDA graph captured before (cuda_graphs.h), e.g. a prefill's before the first greedy step.
+  check(cudaMalloc(reinterpret_cast<void**>(&argmax_dev_), kArgmaxRows * sizeof(int32_t)), "argmax_rows (scratch)");
+  argmax_cap_ = kArgmaxRows;
 }
 
 CudaBackend::~CudaBackend() {
@@ -102,6 +108,7 @@ void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
   const auto* s = static_cast<const uint8_t*>(src);
   if (d < s + bytes && s < d + bytes) {  // overlapping (memmove semantics): go through a scratch buffer
     if (bounce_cap_ < bytes) {
+      ++buffers_generation_;
       check(cudaStreamSynchronize(as_stream(stream_)), "copy (pending work)");
       check(cudaFree(bounce_), "cudaFree");
       bounce_ = nullptr;
@@ -137,6 +144,7 @@ const int32_t* CudaBackend::device_block_table(const SeqKv& seq) {
     return table_dev_;
   if (n > table_cap_) {
     const size_t cap = std::max(n, 2 * table_cap_);
+    ++buffers_generation_;
     check(cudaStreamSynchronize(as_stream(stream_)), "block table (pending work)");
     check(cudaFree(table_dev_), "cudaFree");
     table_dev_ = nullptr;
@@ -156,6 +164,12 @@ const int32_t* CudaBackend::device_block_table(const SeqKv& seq) {
 
 void CudaBackend::ensure_scratch(void*& buf, size_t& cap, size_t bytes, const char* what) {
   if (cap >= bytes) return;
+  // A step is captured only after it ran once uncaptured (cuda_graphs.cpp), so its buffers are
+  // already large enough; growing one here would break the capture.
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(as_stream(stream_), &capturing), what);
+  if (capturing != cudaStreamCaptureStatusNone) fail("{} scratch would grow during a CUDA graph capture", what);
+  ++buffers_generation_;
   check(cudaStreamSynchronize(as_stream(stream_)), what);  // queued kernels may still read the old one
   check(cudaFree(buf), "cudaFree");
   buf = nullptr;
@@ -276,15 +290,30 @@ void CudaBackend::rope_neox(float* x, size_t row_stride, size_t head_stride, int
 void CudaBackend::kv_store(const KvLayerView& kv, const SeqKv& seq, const float* k, const float* v,
                            const int32_t* pos, int rows) {
   if (rows <= 0) return;
+  enter();
+  kv_store_table(kv, device_block_table(seq), seq.n_blocks, k, v, pos, rows);
+}
+
+void CudaBackend::kv_store_table(const KvLayerView& kv, const int32_t* table, int n_blocks, const float* k,
+                                 const float* v, const int32_t* pos, int rows) {
+  if (rows <= 0) return;
   check_kv_type(kv.type, kv.head_dim);
   enter();
-  const int32_t* table = device_block_table(seq);
-  cuda::kv_store(kv, table, seq.n_blocks, k, v, pos, rows, as_stream(stream_));
+  cuda::kv_store(kv, table, n_blocks, k, v, pos, rows, as_stream(stream_));
   check_launch("kv_store");
 }
 
 void CudaBackend::attention(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos,
                             int n_head, const KvLayerView& kv, const SeqKv& seq, float scale, float* out) {
+  if (rows <= 0 || n_head <= 0) return;
+  enter();
+  attention_table(q, q_row_stride, q_head_stride, rows, pos, n_head, kv, device_block_table(seq), seq.n_blocks, scale,
+                  out);
+}
+
+void CudaBackend::attention_table(const float* q, size_t q_row_stride, size_t q_head_stride, int rows,
+                                  const int32_t* pos, int n_head, const KvLayerView& kv, const int32_t* table,
+                                  int n_blocks, float scale, float* out) {
   if (rows <= 0 || n_head <= 0) return;
   if (kv.head_dim > kMaxHeadDim) fail("attention: head dim {} exceeds {}", kv.head_dim, kMaxHeadDim);
   if (kv.n_head_kv <= 0 || n_head % kv.n_head_kv != 0)
@@ -292,8 +321,7 @@ void CudaBackend::attention(const float* q, size_t q_row_stride, size_t q_head_s
   if (rows > 65535) fail("attention: {} rows exceed the 65535 rows of one launch", rows);
   check_kv_type(kv.type, kv.head_dim);
   enter();
-  const int32_t* table = device_block_table(seq);
-  cuda::attention(q, q_row_stride, q_head_stride, rows, pos, n_head, kv, table, seq.n_blocks, scale, out,
+  cuda::attention(q, q_row_stride, q_head_stride, rows, pos, n_head, kv, table, n_blocks, scale, out,
                   as_stream(stream_));
   check_launch("attention");
 }
@@ -341,9 +369,15 @@ void CudaBackend::gated_rms_norm(float* x, const float* z, const float* w, int r
 
 void CudaBackend::argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) {
   if (rows <= 0) return;
+  const int32_t* ids = argmax_launch(x, rows, n, stride);
+  download(out_host, ids, size_t(rows) * sizeof(int32_t));
+}
+
+const int32_t* CudaBackend::argmax_launch(const float* x, int rows, int n, size_t stride) {
   if (n <= 0 || size_t(n) > stride) fail("argmax_rows: bad row (n = {}, stride = {})", n, stride);
   enter();
   if (argmax_cap_ < rows) {
+    ++buffers_generation_;
     check(cudaStreamSynchronize(as_stream(stream_)), "argmax_rows (pending work)");
     check(cudaFree(argmax_dev_), "cudaFree");
     argmax_dev_ = nullptr;
@@ -353,7 +387,7 @@ void CudaBackend::argmax_rows(const float* x, int rows, int n, size_t stride, in
   }
   cuda::argmax_rows(x, rows, n, stride, argmax_dev_, as_stream(stream_));
   check_launch("argmax_rows");
-  download(out_host, argmax_dev_, size_t(rows) * sizeof(int32_t));
+  return argmax_dev_;
 }
 
 // --- factory ---
@@ -367,10 +401,11 @@ int cuda_device_count() {
   return n;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device) {
+std::unique_ptr<Backend> make_cuda_backend(int device, bool cuda_graphs) {
   const int n = cuda_device_count();
   if (n == 0) fail("no CUDA device is available (no GPU, or no driver)");
   if (device < 0 || device >= n) fail("CUDA device {} does not exist ({} device{} present)", device, n, n == 1 ? "" : "s");
+  if (cuda_graphs) return std::make_unique<CudaGraphBackend>(device);
   return std::make_unique<CudaBackend>(device);
 }
 

@@ -11,7 +11,8 @@ struct CUstream_st;  // cudaStream_t without including the CUDA headers here
 
 namespace df {
 
-class CudaBackend final : public Backend {
+// Not final: CudaGraphBackend (cuda_graphs.h) derives from it to record and replay steps.
+class CudaBackend : public Backend {
  public:
   explicit CudaBackend(int device);
   ~CudaBackend() override;
@@ -58,9 +59,24 @@ class CudaBackend final : public Backend {
   // The stream every op is queued on (for the profiler's event clock, cuda_op_clock.cpp).
   CUstream_st* stream() const { return stream_; }
 
- private:
+ protected:
   void enter() const;                      // makes device_ current for this thread
   void check_launch(const char* op) const;  // throws df::Error on a launch error
+  // kv_store / attention with the block table already in device memory (n_blocks entries).
+  void kv_store_table(const KvLayerView& kv, const int32_t* table, int n_blocks, const float* k, const float* v,
+                      const int32_t* pos, int rows);
+  void attention_table(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos,
+                       int n_head, const KvLayerView& kv, const int32_t* table, int n_blocks, float scale,
+                       float* out);
+  // The argmax kernel of argmax_rows into argmax_dev_ (returned), without the download.
+  const int32_t* argmax_launch(const float* x, int rows, int n, size_t stride);
+  const int32_t* argmax_results() const { return argmax_dev_; }
+  // Counts reallocations of the buffers that launches use without them being op arguments
+  // (matmul scratch, copy bounce, argmax results, block table): a CUDA graph captured under
+  // one generation may hold pointers freed in a later one.
+  uint64_t buffers_generation_ = 0;
+
+ private:
   // SeqKv::block_table is host memory (Sequence::block_table); kernels need a device copy.
   const int32_t* device_block_table(const SeqKv& seq);
   // Grows a grow-only device buffer to `bytes` (waits for queued work that may still use it).
