@@ -584,6 +584,56 @@ TEST_P(CudaMatmul, RowsAreBatchInvariant) {
   }
 }
 
+// Projections that share an input (matmul_shared_input: one quantization of x and shared
+// launches for the Q4_K ones) give each output bit for bit what its own matmul gives, with
+// weights of other types and another n_in mixed in, more weights than one launch takes, and
+// row counts of every kernel shape.
+TEST_F(CudaOps, SharedInputMatmulEqualsSeparateProducts) {
+  struct Spec {
+    GgmlType t;
+    int64_t n_in, n_out;
+  };
+  const std::vector<Spec> specs = {{GgmlType::Q4_K, 1024, 45}, {GgmlType::Q4_K, 1024, 130}, {GgmlType::Q6_K, 1024, 37},
+                                   {GgmlType::Q4_K, 1024, 16}, {GgmlType::Q4_K, 2048, 20}, {GgmlType::Q4_K, 1024, 3},
+                                   {GgmlType::Q4_K, 1024, 7}};
+  std::vector<HostWeight> hws;
+  std::vector<Weight> ws;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    hws.push_back(make_weight(specs[i].t, specs[i].n_in, specs[i].n_out, 5150 + i));
+    const HostWeight& hw = hws.back();
+    ws.push_back(Weight{hw.type, hw.n_in, hw.n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes});
+  }
+  for (int rows : {1, 5, 17, 40}) {
+    const std::vector<float> x = make_activations(rows, 2048, 77 + uint64_t(rows));
+    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
+    gpu().upload(xd, x.data(), x.size() * sizeof(float));
+    std::vector<float*> sep, grp;
+    std::vector<const Weight*> wp;
+    for (const Weight& w : ws) {
+      const std::vector<float> poison(size_t(rows) * size_t(w.n_out), kPoison);
+      for (auto* v : {&sep, &grp}) {
+        v->push_back(static_cast<float*>(gpu().alloc(poison.size() * sizeof(float))));
+        gpu().upload(v->back(), poison.data(), poison.size() * sizeof(float));
+      }
+      wp.push_back(&w);
+      gpu().matmul(w, xd, rows, sep.back());
+    }
+    gpu().matmul_shared_input(wp.data(), grp.data(), int(ws.size()), xd, rows);
+    for (size_t i = 0; i < ws.size(); ++i) {
+      std::vector<float> a(size_t(rows) * size_t(ws[i].n_out)), b(a.size());
+      gpu().download(a.data(), sep[i], a.size() * sizeof(float));
+      gpu().download(b.data(), grp[i], b.size() * sizeof(float));
+      std::ostringstream name;
+      name << "matmul_shared_input " << type_name(ws[i].type) << " " << ws[i].n_in << "x" << ws[i].n_out
+           << " rows=" << rows << " vs its own matmul";
+      Check(name.str()).exact(b, a);
+      gpu().release(sep[i]);
+      gpu().release(grp[i]);
+    }
+    gpu().release(xd);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, CudaMatmul, ::testing::ValuesIn(weight_types()),
                          [](const ::testing::TestParamInfo<GgmlType>& i) { return std::string(type_name(i.param)); });
 

@@ -356,10 +356,11 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
   fi
   printf '%-22s %s\n' "wall time" "$(elapsed)"
 } | tee "$LOG/summary.txt"
-# The GPU machine returns at most 8 files: keep the main ones, pack the rest.
+# The GPU machine returns at most 8 files: keep the main ones (summary, test log, bench and
+# speculation tables), pack the rest (JSON, graphs on/off runs, build logs) into other_logs.tgz.
 (
   cd "$LOG"
-  ls | grep -v -E '^(summary\.txt|test_cuda_ops\.log|bench_.*\.(txt|json)|spec_.*\.(txt|json))$' >/tmp/gpu-check-pack.txt || true
+  ls | grep -v -E '^(summary\.txt|test_cuda_ops\.log|bench_.*\.txt|spec_(27b|demo)\.txt)$' >/tmp/gpu-check-pack.txt || true
   if [ -s /tmp/gpu-check-pack.txt ]; then tar czf other_logs.tgz -T /tmp/gpu-check-pack.txt && xargs rm -f </tmp/gpu-check-pack.txt; fi
 )
 [ "$cuda_rc" -eq 0 ] && [ "$cpu_rc" -eq 0 ] && [ "$all_rc" -eq 0 ] && { [ "$mem_rc" = 0 ] || [ "$mem_rc" = skipped ]; } &&

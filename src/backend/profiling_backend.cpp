@@ -170,6 +170,10 @@ const void* ProfilingBackend::weight_data(const void* host, size_t bytes) {
 void ProfilingBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
   run(matmul_op(w, rows), double(w.n_out) * double(w.row_bytes), [&] { inner_->matmul(w, x, rows, y); });
 }
+void ProfilingBackend::matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) {
+  if (mode_ == Mode::kOff) return inner_->matmul_shared_input(ws, ys, n, x, rows);
+  Backend::matmul_shared_input(ws, ys, n, x, rows);
+}
 void ProfilingBackend::embed(const Weight& table, const int32_t* tokens, int rows, float* out) {
   run(kEmbed, double(rows) * double(table.row_bytes), [&] { inner_->embed(table, tokens, rows, out); });
 }

@@ -69,6 +69,9 @@ class ProfilingBackend final : public Backend {
   void synchronize() override;
   const void* weight_data(const void* host, size_t bytes) override;
   void matmul(const Weight& w, const float* x, int rows, float* y) override;
+  // Unprofiled: the inner backend's (fused) product; while counting or timing, one matmul per
+  // weight, so each keeps its own line (the profile then shows the unfused cost).
+  void matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override;
   void embed(const Weight& table, const int32_t* tokens, int rows, float* out) override;
   void rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, float eps, float* out,
                 size_t out_stride) override;

@@ -47,7 +47,7 @@ int padded_blocks(int n) {
 
 enum class CudaGraphBackend::Op : uint8_t {
   kUpload, kTable, kCopy, kCopy2d, kMatmul, kEmbed, kRmsNorm, kAdd, kSwiglu, kMulSigmoid, kRope, kKvStore,
-  kAttention, kConv1d, kL2Norm, kGdnGates, kDeltaRule, kGatedRmsNorm, kArgmax,
+  kAttention, kConv1d, kL2Norm, kGdnGates, kDeltaRule, kGatedRmsNorm, kArgmax, kMatmulShared,
 };
 
 // Arguments go on the tape field by field: the bytes must be a function of the values alone
@@ -264,6 +264,7 @@ void CudaGraphBackend::run_tape(const std::vector<unsigned char>& tape) {
       case Op::kDeltaRule: replay(r, &CudaBackend::gdn_delta_rule); break;
       case Op::kGatedRmsNorm: replay(r, &CudaBackend::gated_rms_norm); break;
       case Op::kArgmax: replay(r, &CudaGraphBackend::argmax_at); break;
+      case Op::kMatmulShared: replay_matmul_shared(r); break;
       default: fail("CUDA graph tape: unknown op");
     }
   }
@@ -398,6 +399,37 @@ const void* CudaGraphBackend::weight_data(const void* host, size_t bytes) {
 void CudaGraphBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
   if (!recording()) return CudaBackend::matmul(w, x, rows, y);
   record(Op::kMatmul, &CudaBackend::matmul, w, x, rows, y);
+}
+
+// The weights and outputs are arrays, so they go on the tape by value: the count, then each
+// weight and its output, then the input and rows.
+void CudaGraphBackend::matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) {
+  if (!recording()) return CudaBackend::matmul_shared_input(ws, ys, n, x, rows);
+  if (n > kMaxSharedInput) {  // longer lists than the replay's arrays: one product at a time
+    for (int i = 0; i < n; ++i) matmul(*ws[i], x, rows, ys[i]);
+    return;
+  }
+  tape_.put(Op::kMatmulShared);
+  tape_.put(n);
+  for (int i = 0; i < n; ++i) tape_.put(*ws[i]), tape_.put(ys[i]);
+  tape_.put(x);
+  tape_.put(rows);
+}
+
+void CudaGraphBackend::replay_matmul_shared(Reader& r) {
+  const int n = r.get<int>();
+  if (n < 0 || n > kMaxSharedInput) fail("CUDA graph tape: bad shared-input product");
+  Weight w[kMaxSharedInput];
+  const Weight* wp[kMaxSharedInput];
+  float* y[kMaxSharedInput];
+  for (int i = 0; i < n; ++i) {
+    w[i] = r.get<Weight>();
+    y[i] = r.get<float*>();
+    wp[i] = &w[i];
+  }
+  const auto* x = r.get<const float*>();
+  const int rows = r.get<int>();
+  CudaBackend::matmul_shared_input(wp, y, n, x, rows);
 }
 
 void CudaGraphBackend::embed(const Weight& table, const int32_t* tokens, int rows, float* out) {

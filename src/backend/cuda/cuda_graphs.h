@@ -59,6 +59,7 @@ class CudaGraphBackend final : public CudaBackend {
   const void* weight_data(const void* host, size_t bytes) override;
 
   void matmul(const Weight& w, const float* x, int rows, float* y) override;
+  void matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override;
   void embed(const Weight& table, const int32_t* tokens, int rows, float* out) override;
   void rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, float eps, float* out,
                 size_t out_stride) override;
@@ -117,6 +118,8 @@ class CudaGraphBackend final : public CudaBackend {
   void attention_at(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos,
                     int n_head, const KvLayerView& kv, int table_index, int n_blocks, float scale, float* out);
   void argmax_at(const float* x, int rows, int n, size_t stride);
+  static constexpr int kMaxSharedInput = 8;  // weights in one recorded shared-input product
+  void replay_matmul_shared(Reader& r);
   size_t stage(const void* src, size_t bytes);  // copies into staging_, returns the offset
   // Stages seq's table (once per step), padded with -1; returns where it goes on the device
   // (device_index, -1 for an empty table) and its padded length (n).
