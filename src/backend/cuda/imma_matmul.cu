@@ -256,9 +256,9 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
 #pragma unroll
         for (int j = 0; j < 4; ++j) isum[mt][nt][j] = 0;
 
-    // Every weight load of the super-block is issued before the first use (and, for one n-tile,
-    // every activation load): the kernel is bound by memory latency, so what counts is how many
-    // bytes each warp has in flight.
+    // Every weight load of the super-block is issued before the first use (and, for up to two
+    // n-tiles, every activation load): the kernel is bound by memory latency, so what counts is
+    // how many bytes each warp has in flight.
     uint2 qw[4][MT][2];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           qw[i][mt][h] = __ldg(reinterpret_cast<const uint2*>(wr[mt][h] + size_t(sb) * kQ4kBytes + 16 + 32 * i + 8 * c));
-    constexpr int kXAhead = NT == 1 ? 4 : 1;  // sub-block pairs of activations loaded up front
+    constexpr int kXAhead = NT <= 2 ? 4 : 1;  // sub-block pairs of activations loaded up front
     uint2 xv[kXAhead][2][NT];
     auto load_x = [&](int i, uint2 (&v)[2][NT]) {
 #pragma unroll
