@@ -132,10 +132,12 @@ TEST(EngineBatching, ConcurrentRequestsGiveWhatTheyGiveAlone) {
   EXPECT_LT(first1, last0) << "the requests did not share steps";
 }
 
-// With a drafter per slot: requests share plain steps while several run, and the one left
-// alone speculates from a drafter that kept ingesting its rows; every output is still exactly
-// what the request gives alone without speculation.
-TEST(EngineBatching, WithDraftersOutputsStayExactAndTheLastOneSpeculates) {
+// With a drafter per slot: every decoding request speculates, each verifying its own block in
+// the step it shares with the others (plain rows, prompt chunks, other blocks), and the drafter
+// of each keeps ingesting its rows. Greedy outputs (with and without logprobs, with a repeat
+// penalty) are exactly what the request gives alone without speculation; sampled ones follow
+// the same distribution (tested in test_spec), so here they only have to finish normally.
+TEST(EngineBatching, WithDraftersEveryRequestSpeculatesAndGreedyOutputsStayExact) {
   Demo d;
   std::vector<Spec> sp = specs();
   sp[0].max_tokens = 160;  // outlives the others: its last ~100 tokens run alone
@@ -149,19 +151,26 @@ TEST(EngineBatching, WithDraftersOutputsStayExactAndTheLastOneSpeculates) {
     drafts.push_back(own.back().get());
   }
   const std::vector<Outcome> spec = run_all(d, 3, nullptr, drafts, sp);
-  int steps = 0, accepted = 0;
+  int steps = 0, accepted = 0, shared_steps = 0;
   for (size_t i = 0; i < alone.size(); ++i) {
     SCOPED_TRACE("request " + std::to_string(i));
-    EXPECT_EQ(spec[i].ids, alone[i].ids);
-    EXPECT_EQ(spec[i].finish, alone[i].finish);
-    ASSERT_EQ(spec[i].logprobs.size(), alone[i].logprobs.size());
-    for (size_t k = 0; k < alone[i].logprobs.size(); ++k) EXPECT_EQ(spec[i].logprobs[k], alone[i].logprobs[k]) << k;
+    if (sp[i].temperature > 0) {
+      EXPECT_FALSE(spec[i].ids.empty());
+      EXPECT_TRUE(spec[i].finish == FinishReason::Length || spec[i].finish == FinishReason::Eog);
+    } else {
+      EXPECT_EQ(spec[i].ids, alone[i].ids);
+      EXPECT_EQ(spec[i].finish, alone[i].finish);
+      ASSERT_EQ(spec[i].logprobs.size(), alone[i].logprobs.size());
+      for (size_t k = 0; k < alone[i].logprobs.size(); ++k) EXPECT_EQ(spec[i].logprobs[k], alone[i].logprobs[k]) << k;
+    }
     steps += spec[i].draft_steps;
     accepted += spec[i].accepted;
+    if (i > 0) shared_steps += spec[i].draft_steps;  // request 0 outlives the others; these never ran alone for long
   }
-  EXPECT_GT(steps, 0) << "no request speculated";
-  EXPECT_GT(accepted, 0) << "no draft was accepted: the drafter lost its context while batched?";
-  std::printf("[engine-batching] with drafters: %d draft steps, %d drafts accepted\n", steps, accepted);
+  EXPECT_GT(shared_steps, 0) << "no request speculated while sharing steps";
+  EXPECT_GT(accepted, 0) << "no draft was accepted: the drafters lost their context while batched?";
+  std::printf("[engine-batching] with drafters: %d draft steps (%d by requests 1-7), %d drafts accepted\n", steps,
+              shared_steps, accepted);
 }
 
 TEST(EngineBatching, CancellingOneLeavesTheOthers) {

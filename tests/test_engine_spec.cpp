@@ -87,7 +87,9 @@ void compare_engines(const std::string& target, const std::string& draft, int n_
     const Outcome c = generate(spec, prompt, max_tokens, 5 + i);
     EXPECT_EQ(c.ids, std::vector<int32_t>(a.ids.begin(), a.ids.begin() + std::min<size_t>(a.ids.size(), 5 + i)));
   }
-  if (expect_acceptance) EXPECT_GT(accepted, 0) << "the trained drafter never got a draft accepted";
+  if (expect_acceptance) {
+    EXPECT_GT(accepted, 0) << "the trained drafter never got a draft accepted";
+  }
 }
 
 TEST(EngineSpec, RandomDrafterMatchesPlainEngine) {

@@ -46,6 +46,9 @@ struct Engine::Active {
   DraftSource* drafts = nullptr;  // the slot's draft source (none: no speculation)
   SpecPolicy policy;
   std::vector<float> logits;  // logits for its next token (empty when the last step returned an argmax id)
+  // The block being verified: its drafts and their proposal distributions (sampling).
+  std::vector<int32_t> drafts_buf;
+  std::vector<std::vector<float>> qs;
   Active(std::shared_ptr<Ticket> t, int n_sampleable, const Tokenizer& tok, const SpecOptions& spec)
       : ticket(std::move(t)),
         sampler(ticket->req.sampling, n_sampleable),
@@ -201,10 +204,12 @@ void Engine::step_one(Active& a) {
 }
 
 // Several requests in one forward: each decoding request commits its next token and adds one
-// row for the logits after it; prefilling requests add prompt chunks with the rows left. The
-// kernels compute every row as they would alone (batch-invariant), so a request's tokens do not
-// depend on what it shares the step with.
+// row for the logits after it, or, when its policy speculates, the token and a drafted block to
+// verify; prefilling requests add prompt chunks with the rows left. The kernels compute every
+// row as they would alone (batch-invariant), so a greedy request's tokens do not depend on what
+// it shares the step with (a sampling one's follow the same distribution).
 void Engine::step_batched() {
+  step_t0_ = now_seconds();
   batch_.clear();
   parts_.clear();
   decoding_.clear();
@@ -219,7 +224,14 @@ void Engine::step_batched() {
       finish(*a, FinishReason::Error, e.what());
       continue;
     }
-    if (commit(*a, token, forced)) add_decode_row(*a, token);  // else finished: a is gone
+    if (!commit(*a, token, forced)) continue;  // finished: a is gone
+    try {
+      const int n = draft_count(*a, model_.options().max_batch_rows - int(batch_.rows.size()) - 1);
+      if (n > 0) add_spec_part(*a, token, n);
+      else add_decode_row(*a, token);
+    } catch (const std::exception& e) {  // the drafter failed: this request only
+      finish(*a, FinishReason::Error, e.what());
+    }
   }
   int budget = model_.options().max_batch_rows - int(batch_.rows.size());
   for (auto& up : actives_)
@@ -261,18 +273,26 @@ bool Engine::run_parts() {
   out_.greedy_only = 0;
   size_t li = 0, row = 0;  // logit row, batch row
   for (const Part& p : parts_) {
-    // The request's drafter keeps its context, also while it shares plain steps.
-    if (p.a->drafts) p.a->drafts->on_target_rows_from(int(row), int(p.rows));
+    const size_t li0 = li, row0 = row;
     row += p.rows;
+    if (p.logits) li += p.drafted > 0 ? p.rows : 1;
+    if (p.drafted > 0) {  // may finish the request
+      finish_spec_part(*p.a, li0, int(row0), p.drafted, ids);
+      continue;
+    }
+    // The request's drafter keeps its context, also while it shares plain steps.
+    if (p.a->drafts) p.a->drafts->on_target_rows_from(int(row0), int(p.rows));
     if (p.prefill) p.a->prefilled += p.rows;
     if (!p.logits) continue;
+    // A plain decode step's cost, for the policy's comparison with its speculative ones (both
+    // the whole step, shared or not).
+    if (!p.prefill && p.a->drafts) p.a->policy.record(now_seconds() - step_t0_, 1, 0);
     if (ids) {
-      p.a->next = out_.greedy[li];
+      p.a->next = out_.greedy[li0];
       p.a->logits.clear();
     } else {
-      p.a->logits.assign(out_.logits.begin() + long(li * V), out_.logits.begin() + long((li + 1) * V));
+      p.a->logits.assign(out_.logits.begin() + long(li0 * V), out_.logits.begin() + long((li0 + 1) * V));
     }
-    ++li;
   }
   return true;
 }
@@ -298,57 +318,57 @@ bool Engine::is_active(const Active& a) const {
 
 // One decode step: commit the next token (forced, chosen by the last verify, or sampled), then
 // either feed it alone for the next logits, or draft after it and verify the block in one
-// forward, committing every accepted draft (speculate).
+// forward, committing every accepted draft.
 bool Engine::decode_step(Active& a) {
   int32_t token;
   const bool forced = next_token(a, token);
   if (!commit(a, token, forced)) return false;
-  const double t0 = now_seconds();
-  int n = 0;
-  if (a.drafts && a.forced.empty()) {  // forced tokens come next: no drafting past them
-    const int left = a.ticket->req.max_tokens - a.result.generated_tokens;
-    n = std::min({a.policy.drafts(a.drafts->block_size()), left - 1, opt_.ctx - state_->get(a.seq).n_past - 2});
-  }
-  if (n > 0) return speculate(a, token, n);
+  step_t0_ = now_seconds();
+  const int n = draft_count(a, model_.options().max_batch_rows - 1);
   batch_.clear();
   parts_.clear();
-  add_decode_row(a, token);
-  if (!run_parts()) return false;  // failed: a is finished
-  if (a.drafts) a.policy.record(now_seconds() - t0, 1, 0);
-  return true;
+  if (n > 0) add_spec_part(a, token, n);
+  else add_decode_row(a, token);
+  return run_parts() && is_active(a);  // false: failed or finished (a is gone)
 }
 
-// Verifies [anchor, d1..dn] in one forward and walks the rows in order: row i's logits decide
-// the token after row i (greedy: the sampler's choice must equal the draft; sampling: the
-// lossless rejection rule). Kept rows are committed (rollback by checkpoint copy); a.logits ends
-// as the logits after the last kept row, so the next step samples (or takes a.next) from them.
-bool Engine::speculate(Active& a, int32_t anchor, int n) {
-  const double t0 = now_seconds();
+int Engine::draft_count(const Active& a, int rows_left) const {
+  if (!a.drafts || !a.forced.empty()) return 0;  // forced tokens come next: no drafting past them
+  const int left = a.ticket->req.max_tokens - a.result.generated_tokens;
+  const int n = std::min({a.policy.drafts(a.drafts->block_size()), left - 1,
+                          opt_.ctx - state_->get(a.seq).n_past - 2, rows_left});
+  return std::max(n, 0);
+}
+
+void Engine::add_spec_part(Active& a, int32_t anchor, int n) {
   const size_t V = size_t(model_.hparams().n_vocab);
   const int n_sampleable = std::min(model_.hparams().n_vocab, tok_.n_vocab());
-  const bool greedy = a.ticket->req.sampling.temperature <= 0;
-  const bool ids_only = argmax_only(a);
-  drafts_buf_.resize(size_t(n));
-  if (greedy) {
-    a.drafts->propose_greedy(anchor, n, n_sampleable, drafts_buf_);
+  a.drafts_buf.resize(size_t(n));
+  if (a.ticket->req.sampling.temperature <= 0) {
+    a.drafts->propose_greedy(anchor, n, n_sampleable, a.drafts_buf);
   } else {
     a.drafts->propose(anchor, n, draft_logits_);
-    spec::choose_drafts(draft_logits_, V, n_sampleable, greedy, a.draft_sampler, a.rng, drafts_buf_, qs_);
+    spec::choose_drafts(draft_logits_, V, n_sampleable, false, a.draft_sampler, a.rng, a.drafts_buf, a.qs);
   }
-  batch_.clear();
   const int p0 = state_->get(a.seq).n_past;
   batch_.add_speculative(a.seq, p0, anchor);
-  for (int i = 0; i < n; ++i) batch_.add_speculative(a.seq, p0 + 1 + i, drafts_buf_[size_t(i)]);
-  out_.greedy_only = ids_only ? n_sampleable : 0;
-  model_.forward(batch_, *state_, out_);
-  out_.greedy_only = 0;
+  for (int i = 0; i < n; ++i) batch_.add_speculative(a.seq, p0 + 1 + i, a.drafts_buf[size_t(i)]);
+  parts_.push_back({&a, size_t(n) + 1, false, true, n});
+}
+
+// Walks the rows of a verified block [anchor, d1..dn] in order: row i's logits decide the token
+// after row i (greedy: the sampler's choice must equal the draft; sampling: the lossless
+// rejection rule). Kept rows are committed (rollback by checkpoint copy); a.logits ends as the
+// logits after the last kept row, so the next step samples (or takes a.next) from them.
+void Engine::finish_spec_part(Active& a, size_t li0, int row0, int n, bool ids) {
+  const size_t V = size_t(model_.hparams().n_vocab);
+  const bool greedy = a.ticket->req.sampling.temperature <= 0;
   a.result.draft_steps++;
   a.result.drafted_tokens += n;
   bool finished = false;
-  int row = 0;  // the row whose logits predicted the draft being committed (for its logprobs)
+  size_t row = li0;  // the logit row that predicted the draft being committed (for its logprobs)
   auto on_accept = [&](int32_t d) {
-    if (!ids_only)
-      a.logits.assign(out_.logits.begin() + long(size_t(row) * V), out_.logits.begin() + long(size_t(row + 1) * V));
+    if (!ids) a.logits.assign(out_.logits.begin() + long(row * V), out_.logits.begin() + long((row + 1) * V));
     ++row;
     a.result.accepted_tokens++;
     if (!commit(a, d, false)) {  // finished: a is gone, the sequence state no longer matters
@@ -357,18 +377,20 @@ bool Engine::speculate(Active& a, int32_t anchor, int n) {
     }
     return a.forced.empty();  // forced tokens (reasoning budget) come next
   };
-  const spec::BlockWalk w = ids_only ? spec::walk_block_greedy(out_.greedy, drafts_buf_, on_accept)
-                                     : spec::walk_block(out_.logits, V, drafts_buf_, qs_, greedy, a.sampler, a.rng, on_accept);
-  if (finished) return false;
+  const size_t rows = size_t(n) + 1;
+  const spec::BlockWalk w =
+      ids ? spec::walk_block_greedy(std::span<const int32_t>(out_.greedy).subspan(li0, rows), a.drafts_buf, on_accept)
+          : spec::walk_block(std::span<const float>(out_.logits).subspan(li0 * V, rows * V), V, a.drafts_buf, a.qs,
+                             greedy, a.sampler, a.rng, on_accept);
+  if (finished) return;
   // The next step commits w.next, or samples from these logits (bonus, or after a stop).
-  if (!ids_only)
-    a.logits.assign(out_.logits.begin() + long(size_t(w.next_row) * V),
-                    out_.logits.begin() + long(size_t(w.next_row + 1) * V));
+  if (!ids)
+    a.logits.assign(out_.logits.begin() + long((li0 + size_t(w.next_row)) * V),
+                    out_.logits.begin() + long((li0 + size_t(w.next_row) + 1) * V));
   a.next = w.next;
   model_.commit(*state_, a.seq, w.kept);
-  a.drafts->on_target_rows(w.kept);
-  a.policy.record(now_seconds() - t0, w.kept, n);
-  return true;
+  a.drafts->on_target_rows_from(row0, w.kept);
+  a.policy.record(now_seconds() - step_t0_, w.kept, n);
 }
 
 bool Engine::argmax_only(const Active& a) const {

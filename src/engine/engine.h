@@ -3,9 +3,10 @@
 // request through a callback. Up to `parallel` requests generate together (continuous
 // batching): each step is one forward with a row for every decoding request and prompt chunks
 // of the prefilling ones, admitted from the queue as others finish. With draft sources (one per
-// slot) a request that runs alone speculates (several tokens a step; the callback is still
-// called once per committed token); while several run, they share plain steps and every
-// request's drafter keeps ingesting its rows, so speculation resumes when it is alone again.
+// slot) every decoding request whose policy speculates adds its committed token and a drafted
+// block to that same forward, verified there and walked, committed and rolled back on its own
+// (several tokens a step; the callback is still called once per committed token); its
+// drafter ingests its own rows of every step, plain or speculative.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -84,8 +85,7 @@ class Engine {
  public:
   class Ticket;  // a submitted request; cancel() through it
 
-  // drafts (nullable, outlives the engine): speculative decoding with this source, one request
-  // at a time.
+  // drafts (nullable, outlives the engine): speculative decoding with this source, one slot.
   Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& opt, DraftSource* drafts = nullptr);
   // One draft source per slot (each outlives the engine): parallel = drafts.size().
   Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& opt, std::vector<DraftSource*> drafts);
@@ -115,11 +115,20 @@ class Engine {
   void step_one(Active& a);    // a alone: prefill chunk, or decode (and speculate)
   void step_batched();         // several: one forward for all of them
   bool decode_step(Active& a);
-  // The rows of one plain forward, built part by part (one part a request), then run.
+  // Drafts a's next step verifies after its committed token (0: a plain row), within the
+  // policy's width, its token budget, the context and `rows_left` rows of this forward.
+  int draft_count(const Active& a, int rows_left) const;
+  // The rows of one forward, built part by part (one part a request), then run.
   void add_decode_row(Active& a, int32_t token);   // token is committed: the row gives the next
   int add_prefill_chunk(Active& a, int max_rows);  // returns the rows added
-  bool run_parts();  // forward, drafter ingest, next logits or ids; false: it failed (parts finished)
-  bool speculate(Active& a, int32_t anchor, int n);  // verify n drafts after anchor; false: request finished
+  // The anchor (committed) and n drafts after it as speculative rows, verified by the forward.
+  void add_spec_part(Active& a, int32_t anchor, int n);
+  // forward, then per part: the walk over a speculative part's rows (commit, rollback), drafter
+  // ingest, next logits or ids. false: the forward failed (its parts are finished).
+  bool run_parts();
+  // After the forward: walks a's verified block (its logits or ids from logit row li0, batch
+  // row row0), commits the kept rows and rolls the rest back.
+  void finish_spec_part(Active& a, size_t li0, int row0, int n, bool ids);
   // The token a commits next: forced (returns true), chosen by the last step, or sampled.
   bool next_token(Active& a, int32_t& token);
   bool commit(Active& a, int32_t token, bool forced);  // false: the request is finished (a is gone)
@@ -143,12 +152,12 @@ class Engine {
     Active* a;
     size_t rows;
     bool prefill, logits;
+    int drafted = 0;  // > 0: a speculative block of 1 + drafted rows, all with logits
   };
   std::vector<Part> parts_;           // of batch_, reused every step
   std::vector<Active*> decoding_;     // step_batched scratch
   std::vector<float> draft_logits_;               // speculation scratch, reused every step
-  std::vector<int32_t> drafts_buf_;
-  std::vector<std::vector<float>> qs_;
+  double step_t0_ = 0;  // when this step began (policy timings: the whole step, drafting included)
   std::vector<std::unique_ptr<Active>> actives_;  // worker thread only
 
   mutable std::mutex mu_;
