@@ -3,7 +3,8 @@
 # op against the CPU backend, and model logits), the CPU unit tests, optionally benchmark
 # 27B-shaped models, and print a short table.
 #
-#   tools/gpu-check.sh [--memcheck] [--no-cpu-tests] [--bench] [--models LIST] [--budget S] [LOG_DIR]
+#   tools/gpu-check.sh [--memcheck] [--no-cpu-tests] [--bench] [--models LIST] [--spec] [--ncu]
+#                      [--serve] [--budget S] [LOG_DIR]
 #                                     run from the repo root on the GPU machine; full logs and
 #                                     the gtest XML go to LOG_DIR (default build-gpu-check).
 #                                     --memcheck also runs the op tests under compute-sanitizer
@@ -28,6 +29,9 @@
 #                                     kernels of a decode step with Nsight Compute (speed of
 #                                     light, occupancy, warp stall reasons; ncu_<type>.txt in
 #                                     other_logs.tgz, key lines in the summary)
+#                                     --serve: the server on the demo pair under 8 concurrent
+#                                     clients, --parallel 1 / 4 / 4 with --draft
+#                                     (bench/serve_concurrency.sh; serve.txt in LOG_DIR)
 #                                     --budget S: seconds the whole script may take (default
 #                                     470); the tests get what the bench leaves, so the bench
 #                                     numbers come even when a test runs long
@@ -60,6 +64,7 @@ CPU_TESTS=1
 BENCH=0
 SPEC=0
 NCU=0
+SERVE=0
 MODELS=mix-q4_k_m,q8_0
 SHAPE=27b
 BUDGET=470
@@ -71,6 +76,7 @@ while [ $# -gt 0 ]; do
     --bench) BENCH=1 ;;
     --spec) SPEC=1 ;;
     --ncu) NCU=1 ;;
+    --serve) SERVE=1 ;;
     --models) MODELS=$2; shift ;;
     --shape) SHAPE=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
@@ -280,6 +286,19 @@ if [ "$SPEC" = 1 ]; then
   fi
 fi
 
+# --- the server under concurrent clients (demo pair): --parallel 1, 4, and 4 with --draft ---
+serve_rc=skipped
+if [ "$SERVE" = 1 ]; then
+  serve_rc=0
+  if [ "$(left)" -gt 60 ]; then
+    timeout $(( $(left) - 15 )) bench/serve_concurrency.sh models/demo/qwen35-demo-target-q8_0.gguf \
+      models/demo/qwen35-demo-drafter-q8_0.gguf --bin "$BUILD/deltaflash" --device cuda >"$LOG/serve.txt" 2>&1 || serve_rc=$?
+  else
+    echo "not run: $(left) s of the budget left" >"$LOG/serve.txt"
+  fi
+  echo "gpu-check: server concurrency rc=$serve_rc ($(elapsed))"
+fi
+
 all_rc=0
 cpu_rc=0
 if [ "$CPU_TESTS" = 1 ]; then
@@ -354,13 +373,16 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
       echo; echo "=== demo target plain decode, --cuda-graphs $g ==="; grep -E '^\|' "$LOG/spec_graphs_$g.txt" | head -12 || tail -5 "$LOG/spec_graphs_$g.txt"
     done
   fi
+  if [ -f "$LOG/serve.txt" ]; then
+    echo; echo "=== server, 8 concurrent clients (demo pair) ==="; grep -E "median|clients x|not run|did not" "$LOG/serve.txt" || true
+  fi
   printf '%-22s %s\n' "wall time" "$(elapsed)"
 } | tee "$LOG/summary.txt"
 # The GPU machine returns at most 8 files: keep the main ones (summary, test log, bench and
 # speculation tables), pack the rest (JSON, graphs on/off runs, build logs) into other_logs.tgz.
 (
   cd "$LOG"
-  ls | grep -v -E '^(summary\.txt|test_cuda_ops\.log|bench_.*\.txt|spec_(27b|demo)\.txt)$' >/tmp/gpu-check-pack.txt || true
+  ls | grep -v -E '^(summary\.txt|test_cuda_ops\.log|bench_.*\.txt|spec_(27b|demo)\.txt|serve\.txt)$' >/tmp/gpu-check-pack.txt || true
   if [ -s /tmp/gpu-check-pack.txt ]; then tar czf other_logs.tgz -T /tmp/gpu-check-pack.txt && xargs rm -f </tmp/gpu-check-pack.txt; fi
 )
 [ "$cuda_rc" -eq 0 ] && [ "$cpu_rc" -eq 0 ] && [ "$all_rc" -eq 0 ] && { [ "$mem_rc" = 0 ] || [ "$mem_rc" = skipped ]; } &&
