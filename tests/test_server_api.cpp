@@ -313,6 +313,31 @@ TEST(ServerDemoModel, LiveToolCalls) {
   EXPECT_NE(out.find("ok live_tools"), std::string::npos) << out;
 }
 
+// A named tool_choice on the trained demo model: it calls the named tool (left to itself, it
+// picks search_files for this request), with the call parsed from the text it wrote after the
+// forced opening.
+TEST(ServerDemoModel, NamedToolChoiceCallsThatTool) {
+  const std::string model = std::string(DELTAFLASH_SOURCE_DIR) + "/models/demo/qwen35-demo-target-q8_0.gguf";
+  if (!std::ifstream(model)) GTEST_SKIP() << "SKIPPED: " << model << " is missing";
+  TempDir dir;
+  ServerProcess server({"-m", model, "--threads", "1", "--ctx", "1024"}, dir.file("server.log"));
+  json body = json::parse(R"({"messages": [{"role": "user", "content": "Write a haiku about the sea."}],
+    "max_tokens": 80, "temperature": 0,
+    "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+              {"type": "function", "function": {"name": "search_files", "description": "Search files",
+                "parameters": {"type": "object", "properties": {"pattern": {"type": "string"}}}}}]})");
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  httplib::Client c = server.client();
+  auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no response") << "\n" << server.log();
+  const json resp = json::parse(r->body);
+  const json& choice = resp["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls") << resp.dump();
+  ASSERT_TRUE(choice["message"].contains("tool_calls")) << resp.dump();
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "get_weather") << resp.dump();
+}
+
 // Speculative decoding through the server (the demo target with its DFlash drafter): the same
 // greedy text as a server without --draft, usage.speculation on the response, and /metrics
 // counting the same draft steps, drafts and acceptances.
@@ -409,6 +434,47 @@ TEST_F(ServerReasoning, BudgetForcesTheClose) {
   // reasoning_effort low = 256 tokens: more than max_tokens, so nothing is forced.
   const json low = chat({{"reasoning_effort", "low"}});
   EXPECT_EQ(low["usage"]["completion_tokens_details"]["reasoning_tokens"], low["usage"]["completion_tokens"]);
+}
+
+// tool_choice "required" / named: the committed tokens of the answer begin with the tool-call
+// opening (in the template's XML or JSON form), after thinking closed by the budget, and at
+// once when thinking is off.
+TEST_F(ServerReasoning, ToolChoiceForcesTheCallOpening) {
+  httplib::Client c = server_->client();
+  const json close = json::parse(c.Post("/tokenize", R"({"content": "\n</think>\n\n"})", "application/json")->body)["tokens"];
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather", "parameters":
+      {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+  const json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  auto answer_bytes = [](const json& r, size_t from) {
+    std::string s;
+    const json& lp = r["choices"][0]["logprobs"]["content"];
+    for (size_t i = from; i < lp.size(); ++i)
+      for (int b : lp[i]["bytes"]) s += char(b);
+    return s;
+  };
+  auto starts = [](const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; };
+  for (const json& choice : {json("required"), named}) {
+    SCOPED_TRACE(choice.dump());
+    // The tiny model's toy vocabulary spells the opening in many tokens: room for all of them.
+    const json thinking = chat({{"tools", tools}, {"tool_choice", choice}, {"reasoning_budget", 3},
+                                {"max_tokens", 80}, {"logprobs", true}});
+    const json direct = chat({{"tools", tools}, {"tool_choice", choice}, {"max_tokens", 80}, {"logprobs", true},
+                              {"chat_template_kwargs", {{"enable_thinking", false}}}});
+    EXPECT_EQ(thinking["usage"]["completion_tokens_details"]["reasoning_tokens"], 3);
+    for (const std::string& a : {answer_bytes(thinking, 3 + close.size()), answer_bytes(direct, 0)}) {
+      if (choice.is_string()) {
+        EXPECT_TRUE(starts(a, "<tool_call>\n")) << a;
+      } else {
+        EXPECT_TRUE(starts(a, "<tool_call>\n<function=get_weather>\n") ||
+                    starts(a, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "))
+            << a;
+      }
+    }
+  }
+  // Without a forced choice the random model does not open a call on its own.
+  const json free = chat({{"tools", tools}, {"max_tokens", 24}, {"logprobs", true},
+                          {"chat_template_kwargs", {{"enable_thinking", false}}}});
+  EXPECT_FALSE(starts(answer_bytes(free, 0), "<tool_call>"));
 }
 
 TEST_F(ServerReasoning, StreamedReasoningMatchesBody) {

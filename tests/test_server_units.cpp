@@ -402,26 +402,39 @@ TEST(PromptRenderer, TemplateInputsAndErrors) {
   EXPECT_TRUE(ends_inside_think("<think>a</think> b <think>\n"));
 }
 
-// tool_choice "required" and a named function are refused: offering the tools does not make the
-// model call one, and the engine has no constrained decoding to enforce it.
-TEST(Requests, ForcedToolChoiceIsRefused) {
+// tool_choice "required" and a named function are read (the server then forces the call's
+// opening); both need tools, and a named one must be among them.
+TEST(Requests, ForcedToolChoiceIsRead) {
   const std::string base = R"("messages": [{"role": "user", "content": "hi"}],
       "tools": [{"type": "function", "function": {"name": "a"}}])";
-  const std::pair<std::string, std::string> cases[] = {
-      {R"("required")", "tool_choice 'required' is not supported yet"},
-      {R"({"type": "function", "function": {"name": "a"}})", "named tool_choice is not supported yet"}};
-  for (const auto& [choice, message] : cases) {
-    try {
-      parse_chat_request(json::parse("{" + base + R"(, "tool_choice": )" + choice + "}"), 1000);
-      ADD_FAILURE() << "accepted " << choice;
-    } catch (const ApiError& e) {
-      EXPECT_EQ(e.status, 400);
-      EXPECT_EQ(e.param, "tool_choice");
-      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
-    }
-  }
+  const ChatRequest req = parse_chat_request(json::parse("{" + base + R"(, "tool_choice": "required"})"), 1000);
+  EXPECT_EQ(req.tool_choice, ToolChoice::Required);
+  const ChatRequest named =
+      parse_chat_request(json::parse("{" + base + R"(, "tool_choice": {"type": "function", "function": {"name": "a"}}})"), 1000);
+  EXPECT_EQ(named.tool_choice, ToolChoice::Named);
+  EXPECT_EQ(named.tool_choice_name, "a");
+  EXPECT_FALSE(template_tools(named).is_null());
   for (const char* choice : {R"("auto")", R"("none")"})
     EXPECT_NO_THROW(parse_chat_request(json::parse("{" + base + R"(, "tool_choice": )" + choice + "}"), 1000));
+}
+
+// The forced opening in either form; a name that needs JSON escaping is escaped.
+TEST(ToolCalls, ForcedOpening) {
+  EXPECT_EQ(forced_tool_call_opening(true, ""), "<tool_call>\n");
+  EXPECT_EQ(forced_tool_call_opening(false, ""), "<tool_call>\n");
+  EXPECT_EQ(forced_tool_call_opening(true, "get_weather"), "<tool_call>\n<function=get_weather>\n");
+  EXPECT_EQ(forced_tool_call_opening(false, "get_weather"), "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ");
+  EXPECT_EQ(forced_tool_call_opening(false, "a\"b"), "<tool_call>\n{\"name\": \"a\\\"b\", \"arguments\": ");
+  // What the model writes after the opening completes a call the parser reads back.
+  const auto xml = parse_tool_call(forced_tool_call_opening(true, "f").substr(11) +
+                                       "<parameter=x>\n3\n</parameter>\n</function>",
+                                   nullptr);
+  ASSERT_TRUE(xml.has_value());
+  EXPECT_EQ(xml->name, "f");
+  const auto js = parse_tool_call(forced_tool_call_opening(false, "f").substr(11) + "{\"x\": 3}}", nullptr);
+  ASSERT_TRUE(js.has_value());
+  EXPECT_EQ(js->name, "f");
+  EXPECT_EQ(js->arguments, "{\"x\":3}");
 }
 
 // The request body keeps the client's key order all the way into the template's tojson.

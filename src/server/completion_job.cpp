@@ -19,11 +19,16 @@ CompletionJob::CompletionJob(JobSetup setup, const Tokenizer& tok)
               {"finish_reason", nullptr}});
   }
   if (s_.reasoning_budget == 0 && s_.output.starts_in_reasoning) close_forced_ = true;
+  // The answer starts with the prompt (no thinking, or a closed one): the opening goes first.
+  if (!s_.output.starts_in_reasoning || close_forced_) tool_opening_forced_ = true;
 }
 
 std::vector<int32_t> CompletionJob::forced_prefix() const {
-  if (s_.reasoning_budget == 0 && s_.output.starts_in_reasoning) return s_.think_close_tokens;
-  return {};
+  std::vector<int32_t> f;
+  if (s_.reasoning_budget == 0 && s_.output.starts_in_reasoning) f = s_.think_close_tokens;
+  if (!s_.output.starts_in_reasoning || s_.reasoning_budget == 0)
+    f.insert(f.end(), s_.tool_call_opening.begin(), s_.tool_call_opening.end());
+  return f;
 }
 
 json CompletionJob::chunk(json choice) const {
@@ -108,6 +113,11 @@ TokenDecision CompletionJob::on_token(const TokenEvent& ev) {
   if (s_.reasoning_budget >= 0 && !close_forced_ && output_.in_reasoning() && reasoning_tokens_ >= s_.reasoning_budget) {
     close_forced_ = true;
     d.force = s_.think_close_tokens;
+  }
+  // A forced tool call opens as soon as thinking is over (closed by the model or by the budget).
+  if (!tool_opening_forced_ && !output_.in_reasoning()) {
+    tool_opening_forced_ = true;
+    d.force.insert(d.force.end(), s_.tool_call_opening.begin(), s_.tool_call_opening.end());
   }
   return d;
 }

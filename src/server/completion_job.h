@@ -34,14 +34,16 @@ struct JobSetup {
   ChatOutputOptions output;
   int reasoning_budget = -1;                // thinking tokens before the close is forced; -1: unlimited
   std::vector<int32_t> think_close_tokens;  // the forced close: tokens of "\n</think>\n\n"
+  // tool_choice required / named: committed as soon as the answer begins (after any thinking).
+  std::vector<int32_t> tool_call_opening;
 };
 
 class CompletionJob {
  public:
   CompletionJob(JobSetup setup, const Tokenizer& tok);
 
-  // Tokens to commit before sampling (the thinking close when the budget is 0 and the prompt
-  // opened thinking).
+  // Tokens to commit before sampling: the thinking close when the budget is 0 and the prompt
+  // opened thinking; then a forced tool call's opening when the answer starts there.
   std::vector<int32_t> forced_prefix() const;
 
   // Engine callbacks (worker thread).
@@ -72,6 +74,7 @@ class CompletionJob {
   ChatOutput output_;
   int reasoning_tokens_ = 0;
   bool close_forced_ = false;
+  bool tool_opening_forced_ = false;  // tool_call_opening is committed (or queued)
   int tool_index_ = 0;
 
   // Accumulated for the non-streaming body.

@@ -12,6 +12,7 @@
 #include "server/openai_json.h"
 #include "server/requests.h"
 #include "server/server_core.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace df::server {
@@ -194,6 +195,9 @@ void handle_chat(ServerCore& c, const httplib::Request& req, httplib::Response& 
     s.output.parse_tools = !s.output.tools.is_null();
     s.reasoning_budget = r.reasoning_budget == kBudgetFromServer ? c.opt.reasoning_budget : r.reasoning_budget;
     s.think_close_tokens = c.think_close;
+    if (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named)
+      s.tool_call_opening = c.model.tokenizer->encode(
+          forced_tool_call_opening(c.renderer->xml_tool_calls(), r.tool_choice_name), true);
     run_job(c, req, res, std::move(s), std::move(prompt), r.gen);
   } catch (const ApiError& e) {
     c.reply_error(req, res, e);

@@ -6,7 +6,8 @@
 namespace df::server {
 
 PromptRenderer::PromptRenderer(const std::string& source, std::string bos_token, std::string eos_token)
-    : tmpl_(source.empty() ? jinja::chatml_template() : source, std::move(bos_token), std::move(eos_token)) {}
+    : tmpl_(source.empty() ? jinja::chatml_template() : source, std::move(bos_token), std::move(eos_token)),
+      xml_tool_calls_(source.find("<function=") != std::string::npos) {}
 
 RenderedPrompt PromptRenderer::render(const ChatRequest& r) const {
   jinja::ChatTemplateInputs in;

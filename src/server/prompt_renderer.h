@@ -20,9 +20,12 @@ class PromptRenderer {
   PromptRenderer(const std::string& source, std::string bos_token, std::string eos_token);
   // Throws ApiError (400) with the template's message when rendering fails.
   RenderedPrompt render(const ChatRequest& r) const;
+  // Whether the template asks for the XML tool-call form (<function=NAME>...), else the JSON one.
+  bool xml_tool_calls() const { return xml_tool_calls_; }
 
  private:
   jinja::ChatTemplate tmpl_;
+  bool xml_tool_calls_ = false;
 };
 
 // True when the last <think> in the text is not closed by a later </think>.

@@ -207,9 +207,7 @@ void parse_tools(const json& body, ChatRequest& r) {
       else if (s == "none") r.tool_choice = ToolChoice::None;
       else if (s == "required") {
         if (r.tools.is_null()) bad("tool_choice", "'tool_choice' requires 'tools'");
-        // Offering the tools does not make the model call one; enforcing it needs constrained
-        // decoding, which the engine does not have.
-        bad("tool_choice", "tool_choice 'required' is not supported yet; use 'auto'");
+        r.tool_choice = ToolChoice::Required;
       } else {
         bad("tool_choice", "'tool_choice' must be 'auto', 'none', 'required' or a named function");
       }
@@ -220,7 +218,8 @@ void parse_tools(const json& body, ChatRequest& r) {
       bool found = false;
       for (const json& t : r.tools) found = found || t["function"]["name"] == name;
       if (!found) bad("tool_choice", fmt::format("tool_choice names '{}', which is not in 'tools'", name));
-      bad("tool_choice", "named tool_choice is not supported yet; use 'auto'");
+      r.tool_choice = ToolChoice::Named;
+      r.tool_choice_name = name;
     } else {
       bad("tool_choice", "'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}");
     }

@@ -31,8 +31,10 @@ struct GenerationFields {
   int top_logprobs = -1;          // -1: no logprobs
 };
 
-// "required" and a named function are refused (400): nothing would make the model call a tool.
-enum class ToolChoice { Auto, None };
+// Required and Named make the answer open a tool call: the server commits the opening of the
+// template's tool-call form (and, for Named, the function's name) as soon as the answer begins,
+// after any thinking; the model writes the rest.
+enum class ToolChoice { Auto, None, Required, Named };
 
 struct ChatRequest {
   GenerationFields gen;
@@ -41,6 +43,7 @@ struct ChatRequest {
   nlohmann::ordered_json messages;
   nlohmann::ordered_json tools;  // null, or the tool definitions offered to the template
   ToolChoice tool_choice = ToolChoice::Auto;
+  std::string tool_choice_name;  // Named: the function (one of `tools`)
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   int reasoning_budget = kBudgetFromServer;  // -1: unlimited
 };

@@ -122,6 +122,14 @@ std::string new_tool_call_id() {
   return id;
 }
 
+std::string forced_tool_call_opening(bool xml_form, const std::string& name) {
+  std::string s(kOpen);
+  s += '\n';
+  if (name.empty()) return s;
+  if (xml_form) return s + "<function=" + name + ">\n";
+  return s + "{\"name\": " + json(name).dump() + ", \"arguments\": ";
+}
+
 std::optional<ToolCall> parse_tool_call(std::string_view body, const json& tools) {
   body = trim(body);
   std::optional<ToolCall> c;

@@ -23,6 +23,11 @@ std::optional<ToolCall> parse_tool_call(std::string_view body, const nlohmann::o
 // "call_" + 24 random alphanumerics.
 std::string new_tool_call_id();
 
+// The start of a tool call that tool_choice forces: "<tool_call>\n", then for a named function
+// its name in the template's form ("<function=NAME>\n", or the JSON form's
+// "{\"name\": \"NAME\", \"arguments\": "); name empty: the tag alone.
+std::string forced_tool_call_opening(bool xml_form, const std::string& name);
+
 // Streams answer content, holding back everything from "<tool_call>" until its block closes,
 // then emitting a ToolCall piece (or the raw block as content when it does not parse).
 class ToolCallStreamer {
