@@ -153,17 +153,23 @@ const checks = {
     const r = await client.chat.completions.create({ messages, tools, max_tokens: 4, temperature: 0 });
     assert.equal(r.usage.prompt_tokens, tok.json.tokens.length);
 
-    // tool_choice "none": the template sees no tools. "required" and a named function would need
-    // the model to be forced into a call, which the server cannot do: a 400 says so.
+    // tool_choice "none": the template sees no tools. "required" and a named function make the
+    // answer open a tool call: the random model's text after the forced opening does not parse,
+    // so it comes back as content that starts with the opening (this template's JSON form).
     const none = await post('/apply-template', { messages: messages.slice(0, 2), tools, tool_choice: 'none' });
     assert.ok(!none.json.prompt.includes('get_weather'));
-    const forced = [['required', "tool_choice 'required' is not supported yet"],
-      [{ type: 'function', function: { name: 'get_time' } }, 'named tool_choice is not supported yet']];
-    for (const [tool_choice, message] of forced) {
-      const e = await expectApiError(client.chat.completions.create({ messages, tools, tool_choice, max_tokens: 2 }), 400);
-      assert.equal(e.param, 'tool_choice');
-      assert.ok(e.message.includes(message), e.message);
+    const forced = [['required', '<tool_call>'],
+      [{ type: 'function', function: { name: 'get_time' } }, '<tool_call>\n{"name": "get_time", "arguments": ']];
+    for (const [tool_choice, opening] of forced) {
+      const f = await client.chat.completions.create({ messages, tools, tool_choice, max_tokens: 64, temperature: 0,
+        chat_template_kwargs: { enable_thinking: false } });
+      const m = f.choices[0].message;
+      const called = (m.tool_calls ?? []).length > 0;
+      assert.ok(called ? tool_choice === 'required' || m.tool_calls[0].function.name === 'get_time'
+                       : (m.content ?? '').startsWith(opening), JSON.stringify(m));
     }
+    const e = await expectApiError(client.chat.completions.create({ messages, tool_choice: 'required', max_tokens: 2 }), 400);
+    assert.equal(e.param, 'tool_choice');
   },
 
   // The client consumes what the server's completion pipeline wrote for a generated tool call
