@@ -1212,6 +1212,38 @@ class ScriptedDrafts final : public DraftSource {
   int n_past_ = 0, count_ = 0;
 };
 
+// Greedy speculative decoding on spec_tm, with the random drafter and with drafts scripted to
+// be right, gives exactly plain_tm's greedy tokens on `prompts` prompts of 3, 3 + step, ...
+// tokens.
+void expect_speculation_matches_plain(TargetModel& plain_tm, TargetModel& spec_tm, DraftModel& draft,
+                                      const Tokenizer& tok, int prompts, int step, int max_new) {
+  DFlashSource random_drafts(draft, spec_tm, 256);
+  Generator plain(plain_tm, &tok, 256);
+  GenerateOptions o;
+  o.max_new_tokens = max_new;
+  o.sampling.temperature = 0;
+  auto collect = [&](auto& gen, const std::vector<int32_t>& prompt) {
+    std::vector<int32_t> out;
+    gen.generate(prompt, o, [&](int32_t t) {
+      out.push_back(t);
+      return true;
+    });
+    return out;
+  };
+  for (int i = 0; i < prompts; ++i) {
+    SCOPED_TRACE("prompt " + std::to_string(i));
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 3 + step * i; ++j) prompt.push_back(int32_t((i * 131 + j * 17) % 240 + 5));
+    plain.reset();
+    const auto ref = collect(plain, prompt);
+    SpecDecoder with_random(spec_tm, random_drafts, &tok, 256, SpecOptions{false, 64, 0});
+    EXPECT_EQ(collect(with_random, prompt), ref) << "random drafter";
+    ScriptedDrafts scripted(spec_tm.hparams().n_vocab, int(prompt.size()), ref);
+    SpecDecoder with_scripted(spec_tm, scripted, &tok, 256, SpecOptions{false, 64, 0});
+    EXPECT_EQ(collect(with_scripted, prompt), ref) << "scripted drafter";
+  }
+}
+
 TEST(CudaSpec, GreedySpeculationEqualsPlainDecoding) {
   if (!have_gpu()) GTEST_SKIP() << kNoGpu;
   test::TempDir dir;
@@ -1233,31 +1265,7 @@ TEST(CudaSpec, GreedySpeculationEqualsPlainDecoding) {
   TargetModel tm(*tfile, *gpu, ModelOptions{});
   Tokenizer tok(Vocab::from_gguf(*tfile));
   DraftModel draft(*dfile, tm, 8);
-  DFlashSource random_drafts(draft, tm, 256);
-  Generator plain(tm, &tok, 256);
-  GenerateOptions o;
-  o.max_new_tokens = 48;
-  o.sampling.temperature = 0;
-  auto collect = [&](auto& gen, const std::vector<int32_t>& prompt) {
-    std::vector<int32_t> out;
-    gen.generate(prompt, o, [&](int32_t t) {
-      out.push_back(t);
-      return true;
-    });
-    return out;
-  };
-  for (int i = 0; i < 8; ++i) {
-    SCOPED_TRACE("prompt " + std::to_string(i));
-    std::vector<int32_t> prompt;
-    for (int j = 0; j < 3 + 5 * i; ++j) prompt.push_back(int32_t((i * 131 + j * 17) % 240 + 5));
-    plain.reset();
-    const auto ref = collect(plain, prompt);
-    SpecDecoder with_random(tm, random_drafts, &tok, 256, SpecOptions{false, 64, 0});
-    EXPECT_EQ(collect(with_random, prompt), ref) << "random drafter";
-    ScriptedDrafts scripted(tm.hparams().n_vocab, int(prompt.size()), ref);
-    SpecDecoder with_scripted(tm, scripted, &tok, 256, SpecOptions{false, 64, 0});
-    EXPECT_EQ(collect(with_scripted, prompt), ref) << "scripted drafter";
-  }
+  expect_speculation_matches_plain(tm, tm, draft, tok, 8, 5, 48);
 }
 
 
@@ -1412,31 +1420,7 @@ TEST(CudaGraphs, SpeculationEqualsPlainDecoding) {
   TargetModel td(*tfile, *direct, ModelOptions{}), tg(*tfile, *graphs, ModelOptions{});
   Tokenizer tok(Vocab::from_gguf(*tfile));
   DraftModel draft(*dfile, tg, 8);
-  DFlashSource random_drafts(draft, tg, 256);
-  Generator plain(td, &tok, 256);
-  GenerateOptions o;
-  o.max_new_tokens = 40;
-  o.sampling.temperature = 0;
-  auto collect = [&](auto& gen, const std::vector<int32_t>& prompt) {
-    std::vector<int32_t> out;
-    gen.generate(prompt, o, [&](int32_t t) {
-      out.push_back(t);
-      return true;
-    });
-    return out;
-  };
-  for (int i = 0; i < 4; ++i) {
-    SCOPED_TRACE("prompt " + std::to_string(i));
-    std::vector<int32_t> prompt;
-    for (int j = 0; j < 3 + 7 * i; ++j) prompt.push_back(int32_t((i * 131 + j * 17) % 240 + 5));
-    plain.reset();
-    const auto ref = collect(plain, prompt);
-    SpecDecoder with_random(tg, random_drafts, &tok, 256, SpecOptions{false, 64, 0});
-    EXPECT_EQ(collect(with_random, prompt), ref) << "random drafter";
-    ScriptedDrafts scripted(tg.hparams().n_vocab, int(prompt.size()), ref);
-    SpecDecoder with_scripted(tg, scripted, &tok, 256, SpecOptions{false, 64, 0});
-    EXPECT_EQ(collect(with_scripted, prompt), ref) << "scripted drafter";
-  }
+  expect_speculation_matches_plain(td, tg, draft, tok, 4, 7, 40);
   const CudaGraphStats& gs = graph_stats(*graphs);
   EXPECT_GT(gs.replayed, 40);
   std::cout << "[cuda-graphs] speculation: direct " << gs.direct << ", captured " << gs.captured << ", replayed "
