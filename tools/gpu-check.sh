@@ -4,7 +4,7 @@
 # 27B-shaped models, and print a short table.
 #
 #   tools/gpu-check.sh [--memcheck] [--no-cpu-tests] [--bench] [--models LIST] [--spec] [--ncu]
-#                      [--serve] [--budget S] [LOG_DIR]
+#                      [--serve] [--kernels] [--budget S] [LOG_DIR]
 #                                     run from the repo root on the GPU machine; full logs and
 #                                     the gtest XML go to LOG_DIR (default build-gpu-check).
 #                                     --memcheck also runs the op tests under compute-sanitizer
@@ -32,6 +32,8 @@
 #                                     --serve: the server on the demo pair under 8 concurrent
 #                                     clients, --parallel 1 / 4 / 4 with --draft
 #                                     (bench/serve_concurrency.sh; serve.txt in LOG_DIR)
+#                                     --kernels: every CUDA matmul kernel alone on 27B-shaped
+#                                     weights, 1-32 rows (bench/matmul_kernels.cpp; kernels.txt)
 #                                     --budget S: seconds the whole script may take (default
 #                                     470); the tests get what the bench leaves, so the bench
 #                                     numbers come even when a test runs long
@@ -65,6 +67,7 @@ BENCH=0
 SPEC=0
 NCU=0
 SERVE=0
+KERNELS=0
 MODELS=mix-q4_k_m,q8_0
 SHAPE=27b
 BUDGET=470
@@ -77,6 +80,7 @@ while [ $# -gt 0 ]; do
     --spec) SPEC=1 ;;
     --ncu) NCU=1 ;;
     --serve) SERVE=1 ;;
+    --kernels) KERNELS=1 ;;
     --models) MODELS=$2; shift ;;
     --shape) SHAPE=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
@@ -147,7 +151,7 @@ build_rc=0
   cmake --version | head -1; (nvcc --version || /usr/local/cuda/bin/nvcc --version) | tail -2; c++ --version | head -1
   cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DDELTAFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
     "${CMAKE_DEPS[@]}" &&
-    cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops deltaflash
+    cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops deltaflash $([ "$KERNELS" = 1 ] && echo matmul_kernels)
 } >"$LOG/build.log" 2>&1 || build_rc=$?
 echo "gpu-check: build of test_cuda_ops rc=$build_rc ($(elapsed))"
 if [ "$build_rc" -ne 0 ]; then
@@ -286,6 +290,16 @@ if [ "$SPEC" = 1 ]; then
   fi
 fi
 
+# --- each matmul kernel alone on 27B-shaped weights (bench/matmul_kernels.cpp) ---
+if [ "$KERNELS" = 1 ]; then
+  if [ "$(left)" -gt 40 ]; then
+    timeout $(( $(left) - 20 )) "$BUILD/matmul_kernels" >"$LOG/kernels.txt" 2>&1 || echo "gpu-check: matmul_kernels rc=$?"
+  else
+    echo "not run: $(left) s of the budget left" >"$LOG/kernels.txt"
+  fi
+  echo "gpu-check: matmul kernels ($(elapsed))"
+fi
+
 # --- the server under concurrent clients (demo pair): --parallel 1, 4, and 4 with --draft ---
 serve_rc=skipped
 if [ "$SERVE" = 1 ]; then
@@ -373,6 +387,10 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
       echo; echo "=== demo target plain decode, --cuda-graphs $g ==="; grep -E '^\|' "$LOG/spec_graphs_$g.txt" | head -12 || tail -5 "$LOG/spec_graphs_$g.txt"
     done
   fi
+  if [ -f "$LOG/kernels.txt" ]; then
+    echo; echo "=== matmul kernels alone (27B shapes; full table in kernels.txt) ==="
+    grep -E "copy bandwidth|\| (1|16) \|" "$LOG/kernels.txt" | head -60 || true
+  fi
   if [ -f "$LOG/serve.txt" ]; then
     echo; echo "=== server, 8 concurrent clients (demo pair) ==="; grep -E "median|clients x|not run|did not" "$LOG/serve.txt" || true
   fi
@@ -382,7 +400,7 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
 # speculation tables), pack the rest (JSON, graphs on/off runs, build logs) into other_logs.tgz.
 (
   cd "$LOG"
-  ls | grep -v -E '^(summary\.txt|test_cuda_ops\.log|bench_.*\.txt|spec_(27b|demo)\.txt|serve\.txt)$' >/tmp/gpu-check-pack.txt || true
+  ls | grep -v -E '^(summary\.txt|test_cuda_ops\.log|bench_.*\.txt|spec_(27b|demo)\.txt|serve\.txt|kernels\.txt)$' >/tmp/gpu-check-pack.txt || true
   if [ -s /tmp/gpu-check-pack.txt ]; then tar czf other_logs.tgz -T /tmp/gpu-check-pack.txt && xargs rm -f </tmp/gpu-check-pack.txt; fi
 )
 [ "$cuda_rc" -eq 0 ] && [ "$cpu_rc" -eq 0 ] && [ "$all_rc" -eq 0 ] && { [ "$mem_rc" = 0 ] || [ "$mem_rc" = skipped ]; } &&

@@ -1,0 +1,173 @@
+// Each CUDA matmul kernel on the weight shapes of a 27B-shaped decode and verify step, timed
+// alone: the integer tensor-core kernel (imma_matmul.cu), the f16 tensor-core one
+// (mma_matmul.cu) and the fp32 CUDA-core one (matvec.cu), wherever each takes the weight. Prints
+// microseconds and weight bytes per second against the device's copy bandwidth, so a kernel
+// change is judged in one call without a model. Weights rotate over copies larger than the L2
+// cache, as a decode step streams each weight once.
+//
+//   matmul_kernels [--reps N]   (built with the CUDA backend; run on the GPU machine)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/kernels.h"
+#include "quant/quantize.h"
+#include "quant/types.h"
+
+namespace {
+
+using df::GgmlType;
+using df::Weight;
+
+void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "matmul_kernels: %s: %s\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+
+struct Shape {
+  const char* what;
+  int64_t n_in, n_out;
+};
+
+// Decode-step matrices of the 27B shape (hidden 5120, FFN 17408, 24 x 256 attention, 48 x 128
+// DeltaNet values), one of each size class.
+const Shape kShapes[] = {{"ffn gate/up", 5120, 17408}, {"ffn down", 17408, 5120}, {"gdn qkv", 5120, 10240},
+                         {"attn/gdn out", 6144, 5120}, {"attn k", 5120, 1024}, {"gdn beta", 5120, 48}};
+const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::IQ4_XS};
+const int kRows[] = {1, 8, 16, 32};
+constexpr size_t kRotateBytes = size_t(512) << 20;  // > the H200's 50 MB L2, ten times over
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double copy_gb_s() {
+  const size_t bytes = size_t(1) << 30;
+  void *a = nullptr, *b = nullptr;
+  check(cudaMalloc(&a, bytes), "cudaMalloc");
+  check(cudaMalloc(&b, bytes), "cudaMalloc");
+  check(cudaMemset(a, 1, bytes), "cudaMemset");
+  cudaEvent_t t0, t1;
+  cudaEventCreate(&t0);
+  cudaEventCreate(&t1);
+  check(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice), "copy");
+  cudaEventRecord(t0);
+  const int reps = 10;
+  for (int i = 0; i < reps; ++i) cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice);
+  cudaEventRecord(t1);
+  check(cudaEventSynchronize(t1), "copy");
+  float ms = 0;
+  cudaEventElapsedTime(&ms, t0, t1);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * double(bytes) * reps / (ms / 1e3) / 1e9;  // bytes read + written
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 30;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::max(3, std::atoi(argv[++i]));
+    else {
+      std::fprintf(stderr, "usage: matmul_kernels [--reps N]\n");
+      return 2;
+    }
+  }
+  const double copy = copy_gb_s();
+  std::printf("copy bandwidth %.0f GB/s (read + written); %d timed calls per line, median\n\n", copy, reps);
+  std::printf("| type | matrix | n_in x n_out | rows | kernel | us | weight GB/s | %% of copy |\n|---|---|---|---|---|---|---|---|\n");
+  cudaStream_t s;
+  check(cudaStreamCreate(&s), "stream");
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (GgmlType t : kTypes) {
+    for (const Shape& sh : kShapes) {
+      const size_t row_bytes = df::row_size(t, sh.n_in), w_bytes = row_bytes * size_t(sh.n_out);
+      // One quantized matrix, copied until the copies outgrow the L2 cache.
+      std::vector<uint8_t> host(w_bytes);
+      std::vector<float> src(static_cast<size_t>(sh.n_in));
+      for (int64_t o = 0; o < sh.n_out; ++o) {
+        for (float& f : src) f = normal(rng);
+        df::quantize_row(t, src.data(), host.data() + size_t(o) * row_bytes, sh.n_in);
+      }
+      const size_t stride = (w_bytes + 255) / 256 * 256;
+      const int copies = int(std::max<size_t>(1, kRotateBytes / stride));
+      uint8_t* dev = nullptr;
+      check(cudaMalloc(reinterpret_cast<void**>(&dev), stride * size_t(copies)), "cudaMalloc (weights)");
+      check(cudaMemcpy(dev, host.data(), w_bytes, cudaMemcpyHostToDevice), "upload");
+      for (int c = 1; c < copies; ++c)
+        check(cudaMemcpy(dev + stride * size_t(c), dev, w_bytes, cudaMemcpyDeviceToDevice), "replicate");
+      const int max_rows = kRows[std::size(kRows) - 1];
+      std::vector<float> xh(size_t(max_rows) * size_t(sh.n_in));
+      for (float& f : xh) f = normal(rng) * 50.0f;
+      float *x = nullptr, *y = nullptr;
+      void* scratch = nullptr;
+      check(cudaMalloc(reinterpret_cast<void**>(&x), xh.size() * sizeof(float)), "cudaMalloc (x)");
+      check(cudaMalloc(reinterpret_cast<void**>(&y), size_t(max_rows) * size_t(sh.n_out) * sizeof(float)), "cudaMalloc (y)");
+      check(cudaMemcpy(x, xh.data(), xh.size() * sizeof(float), cudaMemcpyHostToDevice), "upload x");
+      Weight w0{t, sh.n_in, sh.n_out, dev, row_bytes};
+      const size_t scratch_bytes = std::max(df::cuda::imma_scratch_bytes(w0, max_rows), df::cuda::mma_scratch_bytes(w0, max_rows));
+      check(cudaMalloc(&scratch, scratch_bytes), "cudaMalloc (scratch)");
+
+      struct Kernel {
+        const char* name;
+        bool takes;
+        std::function<void(const Weight&, int)> run;
+      };
+      const Kernel kernels[] = {
+          {"imma (int8 tensor cores)", df::cuda::imma_supports(w0),
+           [&](const Weight& w, int rows) {
+             const Weight* ws[1] = {&w};
+             float* ys[1] = {y};
+             df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, s);
+           }},
+          {"mma (f16 tensor cores)", df::cuda::mma_supports(w0),
+           [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
+          {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0),
+           [&](const Weight& w, int rows) { df::cuda::mv_matmul(w, x, rows, y, s); }}};
+      for (int rows : kRows) {
+        for (const Kernel& k : kernels) {
+          if (!k.takes) continue;
+          cudaEvent_t a, b;
+          cudaEventCreate(&a);
+          cudaEventCreate(&b);
+          std::vector<float> us;
+          for (int r = -2; r < reps; ++r) {  // two warm-ups
+            const Weight w{t, sh.n_in, sh.n_out, dev + stride * size_t((r + 2) % copies), row_bytes};
+            cudaEventRecord(a, s);
+            k.run(w, rows);
+            cudaEventRecord(b, s);
+            check(cudaEventSynchronize(b), k.name);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, a, b);
+            if (r >= 0) us.push_back(ms * 1e3f);
+          }
+          check(cudaGetLastError(), k.name);
+          cudaEventDestroy(a);
+          cudaEventDestroy(b);
+          const double t_us = median(us), gb_s = double(w_bytes) / (t_us * 1e-6) / 1e9;
+          std::printf("| %s | %s | %lld x %lld | %d | %s | %.1f | %.0f | %.1f |\n", df::type_name(t), sh.what,
+                      static_cast<long long>(sh.n_in), static_cast<long long>(sh.n_out), rows, k.name, t_us, gb_s,
+                      100.0 * gb_s / copy);
+        }
+      }
+      std::fflush(stdout);
+      cudaFree(scratch);
+      cudaFree(y);
+      cudaFree(x);
+      cudaFree(dev);
+    }
+  }
+  cudaStreamDestroy(s);
+  return 0;
+}
