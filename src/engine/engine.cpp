@@ -54,8 +54,8 @@ struct Engine::Active {
         sampler(ticket->req.sampling, n_sampleable),
         decoder(tok),
         draft_sampler(spec::draft_sampling(ticket->req.sampling), n_sampleable),
-        policy(spec),
-        rng(ticket->req.sampling.seed ^ 0x5bd1e995u) {}
+        rng(ticket->req.sampling.seed ^ 0x5bd1e995u),
+        policy(spec) {}
 };
 
 Engine::Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& opt, DraftSource* drafts)
@@ -210,6 +210,7 @@ void Engine::step_one(Active& a) {
 // it shares the step with (a sampling one's follow the same distribution).
 void Engine::step_batched() {
   step_t0_ = now_seconds();
+  const bool spec_ok = !opt_.spec.adaptive || gate_.allow();
   batch_.clear();
   parts_.clear();
   decoding_.clear();
@@ -226,7 +227,7 @@ void Engine::step_batched() {
     }
     if (!commit(*a, token, forced)) continue;  // finished: a is gone
     try {
-      const int n = draft_count(*a, model_.options().max_batch_rows - int(batch_.rows.size()) - 1);
+      const int n = spec_ok ? draft_count(*a, model_.options().max_batch_rows - int(batch_.rows.size()) - 1) : 0;
       if (n > 0) add_spec_part(*a, token, n);
       else add_decode_row(*a, token);
     } catch (const std::exception& e) {  // the drafter failed: this request only
@@ -236,7 +237,10 @@ void Engine::step_batched() {
   int budget = model_.options().max_batch_rows - int(batch_.rows.size());
   for (auto& up : actives_)
     if (up->prefilled < up->ticket->req.prompt.size() && budget > 0) budget -= add_prefill_chunk(*up, budget);
-  run_parts();
+  const bool prefilling = std::any_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.prefill; });
+  const bool speculating = std::any_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.drafted > 0; });
+  // Steps with prompt chunks are left out of the gate's measurements: their time is not decode's.
+  if (run_parts() && !prefilling) gate_.record(speculating, now_seconds() - step_t0_, step_committed_);
 }
 
 void Engine::add_decode_row(Active& a, int32_t token) {
@@ -257,6 +261,7 @@ int Engine::add_prefill_chunk(Active& a, int max_rows) {
 }
 
 bool Engine::run_parts() {
+  step_committed_ = 0;
   if (parts_.empty()) return true;
   const size_t V = size_t(model_.hparams().n_vocab);
   bool ids = true;  // every row that wants logits needs only its argmax: no logits download
@@ -284,6 +289,7 @@ bool Engine::run_parts() {
     if (p.a->drafts) p.a->drafts->on_target_rows_from(int(row0), int(p.rows));
     if (p.prefill) p.a->prefilled += p.rows;
     if (!p.logits) continue;
+    if (!p.prefill) ++step_committed_;
     // A plain decode step's cost, for the policy's comparison with its speculative ones (both
     // the whole step, shared or not).
     if (!p.prefill && p.a->drafts) p.a->policy.record(now_seconds() - step_t0_, 1, 0);
@@ -367,9 +373,11 @@ void Engine::finish_spec_part(Active& a, size_t li0, int row0, int n, bool ids) 
   a.result.drafted_tokens += n;
   bool finished = false;
   size_t row = li0;  // the logit row that predicted the draft being committed (for its logprobs)
+  ++step_committed_;  // the anchor
   auto on_accept = [&](int32_t d) {
     if (!ids) a.logits.assign(out_.logits.begin() + long(row * V), out_.logits.begin() + long((row + 1) * V));
     ++row;
+    ++step_committed_;
     a.result.accepted_tokens++;
     if (!commit(a, d, false)) {  // finished: a is gone, the sequence state no longer matters
       finished = true;

@@ -22,6 +22,7 @@
 #include "engine/logprobs.h"
 #include "engine/sampler.h"
 #include "model/target_model.h"
+#include "spec/batch_gate.h"
 #include "spec/spec_policy.h"
 
 namespace df {
@@ -158,6 +159,8 @@ class Engine {
   std::vector<Active*> decoding_;     // step_batched scratch
   std::vector<float> draft_logits_;               // speculation scratch, reused every step
   double step_t0_ = 0;  // when this step began (policy timings: the whole step, drafting included)
+  int step_committed_ = 0;  // tokens the parts of this step committed (plain rows, kept block rows)
+  BatchSpecGate gate_;      // whether requests sharing a step speculate (adaptive policy only)
   std::vector<std::unique_ptr<Active>> actives_;  // worker thread only
 
   mutable std::mutex mu_;
