@@ -15,7 +15,6 @@ mask gives each block exactly the view above (context rows j < anchor position, 
 import json
 import math
 import os
-import struct
 import time
 from dataclasses import dataclass
 
@@ -23,6 +22,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import safetensors_file
 
 
 @dataclass
@@ -527,43 +528,23 @@ _ST_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"
 
 
 def save_safetensors(tensors, path, metadata=None):
-    header, offset, blobs = {}, 0, []
+    entries = []
     for name in sorted(tensors):
         t = tensors[name].detach().contiguous().cpu()
-        if t.dtype == torch.bfloat16:
-            raw = t.view(torch.int16).numpy().tobytes()
-        else:
-            raw = t.numpy().tobytes()
-        header[name] = {"dtype": _ST_DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
-        offset += len(raw)
-        blobs.append(raw)
-    if metadata:
-        header["__metadata__"] = metadata
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(h)))
-        fh.write(h)
-        for b in blobs:
-            fh.write(b)
+        raw = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
+        entries.append((name, _ST_DTYPES[t.dtype], t.shape, raw))
+    safetensors_file.write(path, entries, metadata)
 
 
 def load_safetensors(path):
-    with open(path, "rb") as fh:
-        n = struct.unpack("<Q", fh.read(8))[0]
-        header = json.loads(fh.read(n))
-        data = fh.read()
     out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = info["data_offsets"]
-        raw = bytearray(data[a:b])
-        if info["dtype"] == "BF16":
+    for name, (dtype, shape, raw) in safetensors_file.read(path).items():
+        raw = bytearray(raw)
+        if dtype == "BF16":
             t = torch.frombuffer(raw, dtype=torch.int16).view(torch.bfloat16)
         else:
-            t = torch.frombuffer(raw, dtype={"F32": torch.float32, "F16": torch.float16}[info["dtype"]])
-        out[name] = t.reshape(info["shape"]).clone()
+            t = torch.frombuffer(raw, dtype={"F32": torch.float32, "F16": torch.float16}[dtype])
+        out[name] = t.reshape(shape).clone()
     return out
 
 

@@ -31,6 +31,8 @@ import sys
 
 import numpy as np
 
+import safetensors_file
+
 # tokenizer.ggml.pre -> the Split regex of the HF pre-tokenizer (train/demo_data.py QWEN35_PATTERN)
 PRE_PATTERNS = {
     "qwen35": (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
@@ -351,44 +353,26 @@ def to_bf16_bits(x):
 
 
 def write_safetensors(path, tensors, dtype="f32"):
-    header, blobs, off = {}, [], 0
+    entries = []
     for name in sorted(tensors):
         x = tensors[name]
         raw = (to_bf16_bits(x) if dtype == "bf16" else np.ascontiguousarray(x, dtype="<f4")).tobytes()
-        header[name] = {"dtype": "BF16" if dtype == "bf16" else "F32", "shape": list(x.shape),
-                        "data_offsets": [off, off + len(raw)]}
-        off += len(raw)
-        blobs.append(raw)
-    header["__metadata__"] = {"format": "pt"}
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(h)))
-        fh.write(h)
-        for b in blobs:
-            fh.write(b)
+        entries.append((name, "BF16" if dtype == "bf16" else "F32", x.shape, raw))
+    safetensors_file.write(path, entries, {"format": "pt"})
 
 
 def read_safetensors(path):
-    with open(path, "rb") as fh:
-        n = struct.unpack("<Q", fh.read(8))[0]
-        header = json.loads(fh.read(n))
-        data = fh.read()
     out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = info["data_offsets"]
-        raw = data[a:b]
-        if info["dtype"] == "BF16":
+    for name, (dtype, shape, raw) in safetensors_file.read(path).items():
+        if dtype == "BF16":
             x = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-        elif info["dtype"] == "F16":
+        elif dtype == "F16":
             x = np.frombuffer(raw, dtype="<f2").astype(np.float32)
-        elif info["dtype"] == "F32":
+        elif dtype == "F32":
             x = np.frombuffer(raw, dtype="<f4")
         else:
-            raise ValueError(f"{name}: dtype {info['dtype']}")
-        out[name] = x.reshape(info["shape"])
+            raise ValueError(f"{name}: dtype {dtype}")
+        out[name] = x.reshape(shape)
     return out
 
 
