@@ -239,8 +239,9 @@ void Engine::step_batched() {
     if (up->prefilled < up->ticket->req.prompt.size() && budget > 0) budget -= add_prefill_chunk(*up, budget);
   const bool prefilling = std::any_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.prefill; });
   const bool speculating = std::any_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.drafted > 0; });
+  const bool ok = run_parts();
   // Steps with prompt chunks are left out of the gate's measurements: their time is not decode's.
-  if (run_parts() && !prefilling) gate_.record(speculating, now_seconds() - step_t0_, step_committed_);
+  if (ok && !prefilling && !drafts_.empty()) gate_.record(speculating, now_seconds() - step_t0_, step_committed_);
 }
 
 void Engine::add_decode_row(Active& a, int32_t token) {

@@ -18,17 +18,15 @@ CompletionJob::CompletionJob(JobSetup setup, const Tokenizer& tok)
               {"logprobs", nullptr},
               {"finish_reason", nullptr}});
   }
-  if (s_.reasoning_budget == 0 && s_.output.starts_in_reasoning) close_forced_ = true;
+  if (s_.reasoning_budget == 0 && s_.output.starts_in_reasoning) {
+    close_forced_ = true;
+    forced_prefix_ = s_.think_close_tokens;
+  }
   // The answer starts with the prompt (no thinking, or a closed one): the opening goes first.
-  if (!s_.output.starts_in_reasoning || close_forced_) tool_opening_forced_ = true;
-}
-
-std::vector<int32_t> CompletionJob::forced_prefix() const {
-  std::vector<int32_t> f;
-  if (s_.reasoning_budget == 0 && s_.output.starts_in_reasoning) f = s_.think_close_tokens;
-  if (!s_.output.starts_in_reasoning || s_.reasoning_budget == 0)
-    f.insert(f.end(), s_.tool_call_opening.begin(), s_.tool_call_opening.end());
-  return f;
+  if (!s_.output.starts_in_reasoning || close_forced_) {
+    tool_opening_forced_ = true;
+    forced_prefix_.insert(forced_prefix_.end(), s_.tool_call_opening.begin(), s_.tool_call_opening.end());
+  }
 }
 
 json CompletionJob::chunk(json choice) const {

@@ -44,7 +44,7 @@ class CompletionJob {
 
   // Tokens to commit before sampling: the thinking close when the budget is 0 and the prompt
   // opened thinking; then a forced tool call's opening when the answer starts there.
-  std::vector<int32_t> forced_prefix() const;
+  const std::vector<int32_t>& forced_prefix() const { return forced_prefix_; }
 
   // Engine callbacks (worker thread).
   TokenDecision on_token(const TokenEvent& ev);
@@ -75,6 +75,7 @@ class CompletionJob {
   int reasoning_tokens_ = 0;
   bool close_forced_ = false;
   bool tool_opening_forced_ = false;  // tool_call_opening is committed (or queued)
+  std::vector<int32_t> forced_prefix_;  // decided at construction, before generation
   int tool_index_ = 0;
 
   // Accumulated for the non-streaming body.

@@ -28,7 +28,6 @@
 // depends on the other rows of the call or on how many warps shared the slots
 // (tests/test_cuda_ops.cpp RowsAreBatchInvariant), which speculation relies on.
 #include <algorithm>
-#include <vector>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
@@ -231,13 +230,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
   }
 
   for (int slot = warp; slot < slots.count; slot += n_warps) {
-  float acc[MT][NT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
+  float acc[MT][NT][4] = {};
 
   for (int sb = slot * slots.per_slot; sb < min(n_sb, (slot + 1) * slots.per_slot); ++sb) {
     Q4kScales hs[MT][2];
@@ -248,13 +241,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
 
     // isum = 16 * sum_j sc_j * dot_j over the super-block's sub-blocks (exact; the high
     // nibbles enter as 16 q, so the low sub-blocks' scales are taken 16 times).
-    int isum[MT][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) isum[mt][nt][j] = 0;
+    int isum[MT][NT][4] = {};
 
     // Every weight load of the super-block is issued before the first use (and, for up to two
     // n-tiles, every activation load): the kernel is bound by memory latency, so what counts is
@@ -403,19 +390,19 @@ void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const flo
       segs, n_sb, slots, xq, xd, xm, int(n_in), rows_pad, rows);
 }
 
-// The launches for weights ws[0..n) (same n_in) into ys: one launch while the segments fit a
-// grid's 65535 blocks of 16 outputs, else one per slice (for_output_slices).
-std::vector<Segments> plan_segments(const Weight* const* ws, float* const* ys, int n) {
-  std::vector<Segments> out;
+// Calls launch(segments) for weights ws[0..n) (same n_in) into ys: one launch while the
+// segments fit a grid's 65535 blocks of 16 outputs, else one per slice (for_output_slices).
+// No allocation: this runs for every product of a step.
+template <class F>
+void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launch) {
   Segments cur{};
-  auto flush = [&] {
-    if (cur.n > 0) out.push_back(cur);
-    cur = Segments{};
-  };
   for (int i = 0; i < n; ++i) {
     const Weight& w = *ws[i];
     for_output_slices(w.n_out, 16, [&](int64_t o, int64_t cnt, unsigned blocks) {
-      if (cur.n == kMaxSegments || int64_t(cur.first_block[cur.n]) + blocks > 65535) flush();
+      if (cur.n == kMaxSegments || int64_t(cur.first_block[cur.n]) + blocks > 65535) {
+        launch(cur);
+        cur = Segments{};
+      }
       const int k = cur.n++;
       cur.w[k] = static_cast<const uint8_t*>(w.data) + size_t(o) * w.row_bytes;
       cur.row_bytes[k] = w.row_bytes;
@@ -425,8 +412,7 @@ std::vector<Segments> plan_segments(const Weight* const* ws, float* const* ys, i
       cur.first_block[k + 1] = cur.first_block[k] + int(blocks);
     });
   }
-  flush();
-  return out;
+  if (cur.n > 0) launch(cur);
 }
 
 }  // namespace
@@ -447,11 +433,11 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
   auto* xm = reinterpret_cast<uint2*>(base + l.m);
   const int n_sb = int(n_in / kSb);
   quantize_q8k_k<<<dim3(unsigned(n_sb), unsigned(rows_pad)), kWarp, 0, s>>>(x, rows, rows_pad, int(n_in), xq, xd, xm);
-  for (const Segments& segs : plan_segments(ws, ys, n)) {
+  for_each_launch(ws, ys, n, [&](const Segments& segs) {
     if (rows <= 8) imma_launch<1>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
     else if (rows <= 16) imma_launch<2>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
     else imma_launch<4>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-  }
+  });
 }
 
 }  // namespace df::cuda
