@@ -634,6 +634,46 @@ TEST_F(CudaOps, SharedInputMatmulEqualsSeparateProducts) {
   }
 }
 
+// Rows beyond f16's range (|x| >= 65504, as large models' SwiGLU outputs can be) on the f16
+// tensor-core kernel: scaled by a power of two for the product, so they keep f16's relative
+// precision instead of overflowing to inf; rows in range are untouched (bit for bit the same as
+// when computed alone, which RowsAreBatchInvariant covers).
+TEST_F(CudaOps, F16KernelKeepsLargeRowsFinite) {
+  const int64_t n_in = 1024, n_out = 40;
+  for (GgmlType t : {GgmlType::F16, GgmlType::Q6_K, GgmlType::Q8_0}) {
+    const HostWeight hw = make_weight(t, n_in, n_out, 6060 + uint64_t(t));
+    Rng rng(61 + uint64_t(t));
+    const std::vector<double> row_scale = {1.0, 3e4, 1e5, 1e9};
+    const int rows = int(row_scale.size());
+    std::vector<float> x(size_t(rows) * n_in);
+    for (int r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < n_in; ++k) x[size_t(r) * n_in + k] = float(rng.normal(row_scale[size_t(r)]));
+    const Weight w{t, n_in, n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
+    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
+    float* yd = static_cast<float*>(gpu().alloc(size_t(rows) * n_out * sizeof(float)));
+    gpu().upload(xd, x.data(), x.size() * sizeof(float));
+    gpu().matmul(w, xd, rows, yd);
+    std::vector<float> y(size_t(rows) * n_out);
+    gpu().download(y.data(), yd, y.size() * sizeof(float));
+    Check c(std::string("matmul ") + type_name(t) + " rows of |x| up to 1e9 vs exact");
+    for (int r = 0; r < rows; ++r)
+      for (int64_t o = 0; o < n_out; ++o) {
+        double ref = 0, mag = 0, abs_sum = 0;
+        for (int64_t k = 0; k < n_in; ++k) {
+          const double wk = hw.W[size_t(o * n_in + k)], xk = x[size_t(r) * n_in + k];
+          ref += wk * xk;
+          mag += std::fabs(wk * xk);
+          abs_sum += std::fabs(wk) * row_scale[size_t(r)];
+        }
+        // The tensor-core bound of AgainstExactAndCpu, its absolute term in the row's scale.
+        c.add(y[size_t(r) * n_out + o], ref, mag * (0x1p-10 + (double(n_in) / 16 + 16) * 0x1p-23) + 0x1p-25 * abs_sum + 1e-30,
+              size_t(r) * n_out + o);
+      }
+    gpu().release(yd);
+    gpu().release(xd);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, CudaMatmul, ::testing::ValuesIn(weight_types()),
                          [](const ::testing::TestParamInfo<GgmlType>& i) { return std::string(type_name(i.param)); });
 

@@ -28,9 +28,13 @@
 // (tests/test_cuda_ops.cpp RowsAreBatchInvariant), which speculation's exactness relies on.
 //
 // Precision. Weights are dequantized exactly (fp32, as the CPU does) and then rounded to f16
-// (2^-11 relative); activations are rounded to f16 (2^-11 relative; |x| > 65504 overflows);
-// products and sums are fp32. Against the CPU backend, which rounds activations to 8 bits,
-// this is the more accurate side.
+// (2^-11 relative); activations are rounded to f16 (2^-11 relative); products and sums are fp32.
+// Against the CPU backend, which rounds activations to 8 bits, this is the more accurate side.
+//
+// Range. A row whose largest |x| would not fit f16 (>= 65504: SwiGLU outputs of large models can
+// get there) is scaled by 2^-k first, the smallest k that fits, and its sums by 2^k after: both
+// exact, so such a row keeps f16's relative precision instead of turning into inf. Rows that fit
+// (k = 0) are computed exactly as without the scaling, and k depends on the row alone.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -60,25 +64,48 @@ __device__ __forceinline__ void mma_16816(float* d, const uint32_t* a, uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// x (rows x n, fp32) -> xh (rows_pad x n, f16), rows past `rows` zero. n % 4 == 0.
-__global__ void to_half_rows(const float* __restrict__ x, int rows, int rows_pad, int n, __half* __restrict__ xh) {
-  const int64_t quads = int64_t(rows_pad) * n / 4;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < quads; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t e = 4 * i;
+constexpr float kHalfMax = 65504.0f;
+
+// One block per row: x[r] (fp32, n values) -> xh[r] (f16) scaled by 2^-k[r], k[r] the smallest
+// k >= 0 with max |x[r]| * 2^-k < 65504 (rows past `rows`: zeros, k = 0). n % 4 == 0.
+__global__ void to_half_rows(const float* __restrict__ x, int rows, int n, __half* __restrict__ xh,
+                             int* __restrict__ row_shift) {
+  const int r = blockIdx.x;
+  const float4* xr = reinterpret_cast<const float4*>(x + int64_t(r) * n);
+  uint2* hr = reinterpret_cast<uint2*>(xh + int64_t(r) * n);
+  const bool live = r < rows;
+  float amax = 0.0f;
+  if (live)
+    for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
+      const float4 v = xr[i];
+      amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+    }
+  // block_sum's pattern with max: every thread gets the row's largest magnitude.
+  __shared__ float part[32];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
+  amax = warp_max(amax);
+  if (lane == 0) part[warp] = amax;
+  __syncthreads();
+  amax = warp_max(lane < n_warps ? part[lane] : 0.0f);
+  int k = 0;
+  while (k < 126 && !(ldexpf(amax, -k) < kHalfMax)) ++k;  // NaN/inf rows stop at 126 and stay so
+  const float scale = ldexpf(1.0f, -k);
+  for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (e / n < rows) v = *reinterpret_cast<const float4*>(x + e);
+    if (live) v = xr[i];
     uint2 h;
-    h.x = pack_half2(v.x, v.y);
-    h.y = pack_half2(v.z, v.w);
-    *reinterpret_cast<uint2*>(xh + e) = h;
+    h.x = pack_half2(v.x * scale, v.y * scale);
+    h.y = pack_half2(v.z * scale, v.w * scale);
+    hr[i] = h;
   }
+  if (threadIdx.x == 0) row_shift[r] = k;
 }
 
 template <GgmlType T, int MT, int NT, int kSplit>
 __global__ void __launch_bounds__(kSplit* kWarp)
     mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, unsigned n_units, int64_t n_out,
-               const __half* __restrict__ xh, int n_in, int rows_pad, int rows, float* __restrict__ y,
-               int64_t y_stride) {
+               const __half* __restrict__ xh, const int* __restrict__ row_shift, int n_in, int rows_pad, int rows,
+               float* __restrict__ y, int64_t y_stride) {
   using Un = mv::Unit<T>;
   constexpr int kRegs = MT * NT * 4;
   __shared__ float part[kSplit][kRegs][kWarp];
@@ -177,19 +204,21 @@ __global__ void __launch_bounds__(kSplit* kWarp)
     float sum = part[0][reg][l];
 #pragma unroll
     for (int w2 = 1; w2 < kSplit; ++w2) sum += part[w2][reg][l];
-    y[int64_t(r) * y_stride + o] = sum;
+    y[int64_t(r) * y_stride + o] = ldexpf(sum, row_shift[r]);  // k = 0 for rows that fit f16
   }
 }
 
 template <GgmlType T, int NT, int kSplit>
-void mma_launch(const Weight& w, const __half* xh, int rows, int rows_pad, float* y, cudaStream_t s) {
+void mma_launch(const Weight& w, const __half* xh, const int* row_shift, int rows, int rows_pad, float* y,
+                cudaStream_t s) {
   constexpr int MT = (NT == 1 || kSplit == 16) ? 1 : 2;  // shared memory: kSplit * MT * NT * 512 bytes
   const unsigned n_units = unsigned(w.n_in / mv::Unit<T>::kElems);
   const unsigned groups = ceil_div(rows, kRowsPerGroup);
   const auto* wd = static_cast<const uint8_t*>(w.data);
   for_output_slices(w.n_out, 16 * MT, [&](int64_t o, int64_t n, unsigned blocks) {
     mma_kernel<T, MT, NT, kSplit><<<dim3(groups, blocks), kSplit * kWarp, 0, s>>>(
-        wd + size_t(o) * w.row_bytes, w.row_bytes, n_units, n, xh, int(w.n_in), rows_pad, rows, y + o, w.n_out);
+        wd + size_t(o) * w.row_bytes, w.row_bytes, n_units, n, xh, row_shift, int(w.n_in), rows_pad, rows, y + o,
+        w.n_out);
   });
 }
 
@@ -197,28 +226,31 @@ void mma_launch(const Weight& w, const __half* xh, int rows, int rows_pad, float
 
 bool mma_supports(const Weight& w) { return mv::tensor_core_supports(w.type, w.n_in, w.row_bytes, w.data); }
 
-size_t mma_scratch_bytes(const Weight& w, int rows) { return size_t((rows + 7) / 8 * 8) * size_t(w.n_in) * sizeof(__half); }
+// The f16 activations, then one int per row (its range shift k).
+size_t mma_scratch_bytes(const Weight& w, int rows) {
+  const size_t rows_pad = size_t((rows + 7) / 8 * 8);
+  return rows_pad * size_t(w.n_in) * sizeof(__half) + rows_pad * sizeof(int);
+}
 
 void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scratch, cudaStream_t s) {
   const int rows_pad = (rows + 7) / 8 * 8;
   auto* xh = static_cast<__half*>(scratch);
-  const int64_t quads = int64_t(rows_pad) * w.n_in / 4;
-  const int threads = 256;
-  const unsigned blocks = unsigned(std::min<int64_t>((quads + threads - 1) / threads, 4096));
-  to_half_rows<<<blocks, threads, 0, s>>>(x, rows, rows_pad, int(w.n_in), xh);
+  auto* row_shift = reinterpret_cast<int*>(xh + size_t(rows_pad) * size_t(w.n_in));  // 4-aligned: n_in % 4 == 0
+  const int threads = int(std::min<int64_t>(1024, std::max<int64_t>(kWarp, (w.n_in / 4 + kWarp - 1) / kWarp * kWarp)));
+  to_half_rows<<<unsigned(rows_pad), unsigned(threads), 0, s>>>(x, rows, int(w.n_in), xh, row_shift);
   mv::dispatch_unit_type(w.type, [&](auto tag) {
     constexpr GgmlType T = decltype(tag)::value;
     if constexpr (T != GgmlType::F32 && T != GgmlType::BF16) {
       // Steps of 4 units; a 16-way split needs at least 2 steps a warp to pay.
       const int64_t steps = (w.n_in / mv::Unit<T>::kElems + 3) / 4;
       if (w.n_out <= 4096 && steps >= 32) {
-        if (rows <= 8) mma_launch<T, 1, 16>(w, xh, rows, rows_pad, y, s);
-        else if (rows <= 16) mma_launch<T, 2, 16>(w, xh, rows, rows_pad, y, s);
-        else mma_launch<T, 4, 16>(w, xh, rows, rows_pad, y, s);
+        if (rows <= 8) mma_launch<T, 1, 16>(w, xh, row_shift, rows, rows_pad, y, s);
+        else if (rows <= 16) mma_launch<T, 2, 16>(w, xh, row_shift, rows, rows_pad, y, s);
+        else mma_launch<T, 4, 16>(w, xh, row_shift, rows, rows_pad, y, s);
       } else {
-        if (rows <= 8) mma_launch<T, 1, 8>(w, xh, rows, rows_pad, y, s);
-        else if (rows <= 16) mma_launch<T, 2, 8>(w, xh, rows, rows_pad, y, s);
-        else mma_launch<T, 4, 8>(w, xh, rows, rows_pad, y, s);
+        if (rows <= 8) mma_launch<T, 1, 8>(w, xh, row_shift, rows, rows_pad, y, s);
+        else if (rows <= 16) mma_launch<T, 2, 8>(w, xh, row_shift, rows, rows_pad, y, s);
+        else mma_launch<T, 4, 8>(w, xh, row_shift, rows, rows_pad, y, s);
       }
     }
   });
