@@ -23,6 +23,8 @@ struct Best {
 __device__ __forceinline__ bool beats(float v, int i, const Best& b) { return v > b.v || (v == b.v && i < b.i); }
 
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_k(const float* __restrict__ x, int n, size_t stride, int32_t* __restrict__ out) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ Best part[kArgmaxThreads / kWarp];
   const float* row = x + size_t(blockIdx.x) * stride;
   Best b{-INFINITY, INT_MAX};
@@ -53,7 +55,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_k(const float* __restri
 }  // namespace
 
 void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out, cudaStream_t s) {
-  argmax_k<<<unsigned(rows), kArgmaxThreads, 0, s>>>(x, n, stride, out);
+  launch(argmax_k, unsigned(rows), kArgmaxThreads, 0, s, x, n, stride, out);
 }
 
 }  // namespace df::cuda

@@ -52,6 +52,8 @@ template <typename T>
 __global__ void kv_store_k(uint8_t* kd, uint8_t* vd, int block_tokens, size_t ts, size_t tb,
                            const int32_t* __restrict__ table, int n_blocks, const float* __restrict__ k,
                            const float* __restrict__ v, const int32_t* __restrict__ pos) {
+  pdl_wait();
+  pdl_trigger();
   const int r = blockIdx.x;
   const int64_t slot = kv_slot(table, n_blocks, block_tokens, pos[r]);
   if (slot < 0) return;  // no block for this position: the model reserves blocks first
@@ -78,6 +80,8 @@ __device__ __forceinline__ void q8_0_block_put(uint8_t* blk, float x, int lane) 
 __global__ void kv_store_q8_0_k(uint8_t* kd, uint8_t* vd, int block_tokens, size_t ts, size_t tb,
                                 const int32_t* __restrict__ table, int n_blocks, const float* __restrict__ k,
                                 const float* __restrict__ v, const int32_t* __restrict__ pos) {
+  pdl_wait();
+  pdl_trigger();
   const int r = blockIdx.x;
   const int64_t slot = kv_slot(table, n_blocks, block_tokens, pos[r]);
   if (slot < 0) return;
@@ -97,6 +101,8 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
                 const int32_t* __restrict__ pos, int n_head, const uint8_t* __restrict__ kd,
                 const uint8_t* __restrict__ vd, int block_tokens, int n_head_kv, int D, size_t tb, size_t hb,
                 const int32_t* __restrict__ table, int n_blocks, float scale, float* __restrict__ out) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float sm[];
   float* qs = sm;                            // [D]
   float* acc_all = sm + D;                   // [kAttnWarps][D]
@@ -164,7 +170,7 @@ void launch_attention(const float* q, size_t q_row_stride, size_t q_head_stride,
                       cudaStream_t s) {
   const dim3 grid{unsigned(n_head), unsigned(rows)};
   const size_t shared = size_t(1 + kAttnWarps) * kv.head_dim * sizeof(float);
-  attention_k<Read><<<grid, kAttnWarps * kWarp, shared, s>>>(
+  launch(attention_k<Read>, grid, kAttnWarps * kWarp, shared, s,
       q, q_row_stride, q_head_stride, pos, n_head, static_cast<const uint8_t*>(kv.k),
       static_cast<const uint8_t*>(kv.v), kv.block_tokens, kv.n_head_kv, kv.head_dim, kv.token_bytes(),
       kv.head_bytes(), table, n_blocks, scale, out);
@@ -179,13 +185,13 @@ void kv_store(const KvLayerView& kv, const int32_t* table, int n_blocks, const f
   const size_t ts = kv.token_stride(), tb = kv.token_bytes();
   switch (kv.type) {
     case GgmlType::F32:
-      kv_store_k<float><<<rows, 128, 0, s>>>(kd, vd, kv.block_tokens, ts, tb, table, n_blocks, k, v, pos);
+      launch(kv_store_k<float>, rows, 128, 0, s, kd, vd, kv.block_tokens, ts, tb, table, n_blocks, k, v, pos);
       break;
     case GgmlType::Q8_0:
-      kv_store_q8_0_k<<<rows, 128, 0, s>>>(kd, vd, kv.block_tokens, ts, tb, table, n_blocks, k, v, pos);
+      launch(kv_store_q8_0_k, rows, 128, 0, s, kd, vd, kv.block_tokens, ts, tb, table, n_blocks, k, v, pos);
       break;
     default:
-      kv_store_k<uint16_t><<<rows, 128, 0, s>>>(kd, vd, kv.block_tokens, ts, tb, table, n_blocks, k, v, pos);
+      launch(kv_store_k<uint16_t>, rows, 128, 0, s, kd, vd, kv.block_tokens, ts, tb, table, n_blocks, k, v, pos);
       break;
   }
 }

@@ -50,14 +50,19 @@ __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 // Programmatic dependent launch (sm_90): every kernel is launched with launch() below, so the
-// next kernel of a stream (or of a captured graph) may be scheduled while this one still runs,
+// next kernel of a stream (or of a captured graph) is scheduled while this one still runs,
 // hiding the launch and ramp-up gap between the ~1,000 dependent kernels of a decode step.
 // The rule that keeps this correct: a kernel calls pdl_wait() before it reads anything an
 // earlier kernel writes, and before it writes anything (an earlier kernel may still read it).
-// Only immutable data (weights) may be read before pdl_wait(). pdl_wait() returns once the
-// previous kernel has completed and its writes are visible; pdl_trigger() lets the next kernel
-// be scheduled (each kernel calls it after its own pdl_wait(), so at most one kernel waits
-// ahead). Both are no-ops when the launch had no programmatic dependency.
+// pdl_wait() returns once the previous kernel has completed and its writes are visible (so, by
+// induction, every earlier kernel's); pdl_trigger() lets the next kernel be scheduled once all
+// of this kernel's blocks have called it. Kernels call pdl_wait(); pdl_trigger(); first, so at
+// most one kernel waits ahead; the matmul kernels trigger before they wait (their successor is
+// small and starts at once when they end). Measured on the H200 (27B-shaped decode, demo
+// target): this order 96.6 / 2420 tok/s; without the attribute 93.0 / 2160; every kernel
+// triggering first 95.4 / 2320; plus an L2 prefetch of each matmul block's weights before its
+// pdl_wait() 90.3 / 2360 (the prefetch costs more than it hides). Both are no-ops without a
+// programmatic dependency (the first kernel after a copy, or a plain launch).
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -28,6 +28,8 @@ __device__ __forceinline__ float conv_input(const float* x, size_t x_stride, con
 __global__ void conv1d_silu_out_k(const float* __restrict__ x, size_t x_stride, int rows, int channels,
                                   const float* __restrict__ w, int kernel, const float* __restrict__ state,
                                   float* __restrict__ out, size_t out_stride) {
+  pdl_wait();
+  pdl_trigger();
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= channels) return;
   const int hist = kernel - 1;
@@ -43,6 +45,8 @@ __global__ void conv1d_silu_out_k(const float* __restrict__ x, size_t x_stride, 
 // state[i + rows] (when rows < K-1) before anything overwrites it. Runs after the outputs.
 __global__ void conv1d_state_k(const float* __restrict__ x, size_t x_stride, int rows, int channels, int kernel,
                                float* state) {
+  pdl_wait();
+  pdl_trigger();
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= channels) return;
   const int hist = kernel - 1;
@@ -53,6 +57,8 @@ __global__ void conv1d_state_k(const float* __restrict__ x, size_t x_stride, int
 // One warp per (row, head) vector: x / max(|x|, eps) * scale.
 __global__ void l2_norm_heads_k(float* x, size_t row_stride, int64_t n_vec, int n_heads, int dim, float eps,
                                 float scale) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = blockIdx.x * int64_t(blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (i >= n_vec) return;
   const int lane = threadIdx.x % kWarp;
@@ -65,6 +71,8 @@ __global__ void l2_norm_heads_k(float* x, size_t row_stride, int64_t n_vec, int 
 
 __global__ void gdn_gates_k(float* b, float* a, const float* __restrict__ a_coef, const float* __restrict__ dt_bias,
                             int64_t n, int n_v) {
+  pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int h = int(i % n_v);
     b[i] = sigmoid(b[i]);
@@ -79,6 +87,8 @@ __global__ void __launch_bounds__(kColsPerBlock)
     gdn_recurrent_k(int n_k, int n_v, int dk, int dv, const float* __restrict__ qkv, size_t qkv_stride,
                     const float* __restrict__ g, const float* __restrict__ beta, int rows, float* __restrict__ S,
                     float* __restrict__ out, float* __restrict__ row_states) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float qk[];  // q[dk] then k[dk]
   const int h = blockIdx.x, kh = h % n_k;  // GGUF tiles value heads over key heads
   const int j = blockIdx.y * kColsPerBlock + threadIdx.x;
@@ -127,6 +137,8 @@ __global__ void __launch_bounds__(128)
     gdn_recurrent_reg_k(int n_k, int n_v, int dv, const float* __restrict__ qkv, size_t qkv_stride,
                         const float* __restrict__ g, const float* __restrict__ beta, int rows, float* __restrict__ S,
                         float* __restrict__ out, float* __restrict__ row_states) {
+  pdl_wait();
+  pdl_trigger();
   constexpr int kParts = 4, kRowsPerThread = DK / kParts;
   const int h = blockIdx.x, kh = h % n_k;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -181,20 +193,20 @@ void conv1d_silu(const float* x, size_t x_stride, int rows, int channels, const 
                  float* out, size_t out_stride, cudaStream_t s) {
   constexpr int kThreads = 128;
   const dim3 grid(ceil_div(channels, kThreads), unsigned(std::min(rows, 1024)));
-  conv1d_silu_out_k<<<grid, kThreads, 0, s>>>(x, x_stride, rows, channels, w, kernel, state, out, out_stride);
-  if (kernel > 1) conv1d_state_k<<<ceil_div(channels, kThreads), kThreads, 0, s>>>(x, x_stride, rows, channels, kernel, state);
+  launch(conv1d_silu_out_k, grid, kThreads, 0, s, x, x_stride, rows, channels, w, kernel, state, out, out_stride);
+  if (kernel > 1) launch(conv1d_state_k, ceil_div(channels, kThreads), kThreads, 0, s, x, x_stride, rows, channels, kernel, state);
 }
 
 void l2_norm_heads(float* x, size_t row_stride, int rows, int n_heads, int dim, float eps, float scale,
                    cudaStream_t s) {
   const int64_t n_vec = int64_t(rows) * n_heads;
   constexpr int kWarps = 4;
-  l2_norm_heads_k<<<ceil_div(n_vec, kWarps), kWarps * kWarp, 0, s>>>(x, row_stride, n_vec, n_heads, dim, eps, scale);
+  launch(l2_norm_heads_k, ceil_div(n_vec, kWarps), kWarps * kWarp, 0, s, x, row_stride, n_vec, n_heads, dim, eps, scale);
 }
 
 void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v, cudaStream_t s) {
   const int64_t n = int64_t(rows) * n_v;
-  gdn_gates_k<<<unsigned(std::min<int64_t>((n + 255) / 256, 1024)), 256, 0, s>>>(b, a, a_coef, dt_bias, n, n_v);
+  launch(gdn_gates_k, unsigned(std::min<int64_t>((n + 255) / 256, 1024)), 256, 0, s, b, a, a_coef, dt_bias, n, n_v);
 }
 
 void gdn_delta_rule(const GdnShape& sh, const float* qkv, size_t qkv_stride, const float* g, const float* beta,
@@ -202,17 +214,17 @@ void gdn_delta_rule(const GdnShape& sh, const float* qkv, size_t qkv_stride, con
   if ((sh.d_k == 128 || sh.d_k == 64) && sh.d_v % 32 == 0) {  // registers version (Qwen3.5: 128 x 128)
     const dim3 grid(unsigned(sh.n_v), unsigned(sh.d_v / 32));
     if (sh.d_k == 128) {
-      gdn_recurrent_reg_k<128><<<grid, 128, 0, s>>>(sh.n_k, sh.n_v, sh.d_v, qkv, qkv_stride, g, beta, rows, S, out,
+      launch(gdn_recurrent_reg_k<128>, grid, 128, 0, s, sh.n_k, sh.n_v, sh.d_v, qkv, qkv_stride, g, beta, rows, S, out,
                                                     row_states);
     } else {
-      gdn_recurrent_reg_k<64><<<grid, 128, 0, s>>>(sh.n_k, sh.n_v, sh.d_v, qkv, qkv_stride, g, beta, rows, S, out,
+      launch(gdn_recurrent_reg_k<64>, grid, 128, 0, s, sh.n_k, sh.n_v, sh.d_v, qkv, qkv_stride, g, beta, rows, S, out,
                                                    row_states);
     }
     return;
   }
   const dim3 grid(unsigned(sh.n_v), ceil_div(sh.d_v, kColsPerBlock));
   const size_t shared = size_t(2) * sh.d_k * sizeof(float);
-  gdn_recurrent_k<<<grid, kColsPerBlock, shared, s>>>(sh.n_k, sh.n_v, sh.d_k, sh.d_v, qkv, qkv_stride, g, beta, rows,
+  launch(gdn_recurrent_k, grid, kColsPerBlock, shared, s, sh.n_k, sh.n_v, sh.d_k, sh.d_v, qkv, qkv_stride, g, beta, rows,
                                                       S, out, row_states);
 }
 

@@ -84,6 +84,8 @@ Q8kLayout q8k_layout(int64_t n_in, int rows_pad) {
 __global__ void __launch_bounds__(kWarp)
     quantize_q8k_k(const float* __restrict__ x, int rows, int rows_pad, int n_in, int8_t* __restrict__ xq,
                    float* __restrict__ xd, uint2* __restrict__ xm) {
+  pdl_wait();
+  pdl_trigger();
   const int b = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
   const int64_t e = int64_t(b) * kSb + 8 * lane;
   float v[8];
@@ -194,6 +196,7 @@ template <int MT, int NT, int kMaxWarps>
 __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
     imma_q4k_kernel(const Segments segs, int n_sb, Slots slots, const int8_t* __restrict__ xq,
                     const float* __restrict__ xd, const uint2* __restrict__ xm, int n_in, int rows_pad, int rows) {
+  pdl_trigger();  // first: the next kernel may be scheduled while this one waits (see common.cuh)
   constexpr int kRegs = MT * NT * 4;
   extern __shared__ float part_smem[];  // [slot][kRegs][kWarp]
   auto part = [&](int slot, int reg, int l) -> float& { return part_smem[(slot * kRegs + reg) * kWarp + l]; };
@@ -219,6 +222,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
 #pragma unroll
     for (int h = 0; h < 2; ++h)  // tails: computed from the last row, not stored
       wr[mt][h] = w + size_t(min(o0 + mt * 16 + g + 8 * h, n_out - 1)) * row_bytes;
+  pdl_wait();
   // Lanes of padding rows read row r0's bytes (the same sectors as a live lane: no extra
   // traffic) and use zeros instead; unconditional loads keep the loop one basic block.
   bool x_live[NT];
@@ -386,7 +390,7 @@ void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const flo
   }();
   (void)smem_ok;  // a failure shows as the launch error, which the caller checks
   const unsigned groups = ceil_div(rows, kRowsPerGroup);
-  imma_q4k_kernel<MT, NT, kMaxWarps><<<dim3(groups, unsigned(segs.first_block[segs.n])), warps * kWarp, smem, s>>>(
+  launch(imma_q4k_kernel<MT, NT, kMaxWarps>, dim3(groups, unsigned(segs.first_block[segs.n])), warps * kWarp, smem, s,
       segs, n_sb, slots, xq, xd, xm, int(n_in), rows_pad, rows);
 }
 
@@ -432,7 +436,7 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
   auto* xd = reinterpret_cast<float*>(base + l.d);
   auto* xm = reinterpret_cast<uint2*>(base + l.m);
   const int n_sb = int(n_in / kSb);
-  quantize_q8k_k<<<dim3(unsigned(n_sb), unsigned(rows_pad)), kWarp, 0, s>>>(x, rows, rows_pad, int(n_in), xq, xd, xm);
+  launch(quantize_q8k_k, dim3(unsigned(n_sb), unsigned(rows_pad)), kWarp, 0, s, x, rows, rows_pad, int(n_in), xq, xd, xm);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
     if (rows <= 8) imma_launch<1>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
     else if (rows <= 16) imma_launch<2>(segs, n_in, xq, xd, xm, rows, rows_pad, s);

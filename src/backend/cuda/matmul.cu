@@ -41,6 +41,8 @@ template <GgmlType T>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     matmul_blocks(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_chunks, int64_t n_in, int64_t n_out,
                   const float* __restrict__ x, int rows, float* __restrict__ y) {
+  pdl_wait();
+  pdl_trigger();
   const int lane = threadIdx.x % kWarp;
   const int64_t o = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
   if (o >= n_out) return;
@@ -77,6 +79,8 @@ template <GgmlType T>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     matmul_float(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
                  const float* __restrict__ x, int rows, float* __restrict__ y) {
+  pdl_wait();
+  pdl_trigger();
   const int lane = threadIdx.x % kWarp;
   const int64_t o = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
   if (o >= n_out) return;
@@ -171,6 +175,8 @@ template <GgmlType T>
 __global__ void __launch_bounds__(kMvWarps* kWarp)
     matvec_blocks(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_chunks, int64_t n_out,
                   const float* __restrict__ x, float* __restrict__ y) {
+  pdl_wait();
+  pdl_trigger();
   using B = BlockInfo<T>;
   using Tile = MvTile<T>;
   __shared__ __align__(16) uint8_t sbuf[kMvWarps * 2 * Tile::stride];
@@ -238,6 +244,8 @@ template <GgmlType T>
 __global__ void __launch_bounds__(kDqThreads)
     dequant_interleaved(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_chunks, int64_t total_chunks,
                         float* __restrict__ dst) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = int64_t(blockIdx.x) * kDqThreads + threadIdx.x;
   if (i >= total_chunks) return;
   const int64_t o = i / n_chunks, c = i % n_chunks;
@@ -249,6 +257,8 @@ __global__ void __launch_bounds__(kDqThreads)
 }
 
 __global__ void interleave_rows(const float* __restrict__ x, int64_t n_chunks, int64_t total, float* __restrict__ dst) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
   const int64_t n_in = n_chunks * 32;
@@ -260,6 +270,8 @@ __global__ void interleave_rows(const float* __restrict__ x, int64_t n_chunks, i
 __global__ void __launch_bounds__(kGemmWarps* kWarp)
     gemm_chunked(const float* __restrict__ w, int64_t n_chunks, int64_t n, const float* __restrict__ x, int rows,
                  float* __restrict__ y, int64_t y_stride) {
+  pdl_wait();
+  pdl_trigger();
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int64_t o0 = int64_t(blockIdx.y) * kGemmOut;
   const int r0 = (blockIdx.x * kGemmWarps + warp) * kGemmRows;
@@ -334,7 +346,7 @@ void matmul_many(const Weight& w, const float* x, int rows, float* y, float* scr
   float* ws = scratch;
   float* xs = scratch + size_t(slice) * size_t(w.n_in);
   const int64_t nx = int64_t(rows) * w.n_in;
-  interleave_rows<<<ceil_div(nx, 256), 256, 0, s>>>(x, n_chunks, nx, xs);
+  launch(interleave_rows, ceil_div(nx, 256), 256, 0, s, x, n_chunks, nx, xs);
   const auto* wd = static_cast<const uint8_t*>(w.data);
   for (int64_t o0 = 0; o0 < w.n_out; o0 += slice) {
     const int64_t n = std::min(slice, w.n_out - o0);
@@ -342,12 +354,12 @@ void matmul_many(const Weight& w, const float* x, int rows, float* y, float* scr
       constexpr GgmlType T = decltype(tag)::value;
       if constexpr (!is_float_format(T)) {
         const int64_t total = n * n_chunks;
-        dequant_interleaved<T><<<ceil_div(total, kDqThreads), kDqThreads, 0, s>>>(wd + size_t(o0) * w.row_bytes,
+        launch(dequant_interleaved<T>, ceil_div(total, kDqThreads), kDqThreads, 0, s, wd + size_t(o0) * w.row_bytes,
                                                                                    w.row_bytes, n_chunks, total, ws);
       }
     });
     const dim3 grid(ceil_div(rows, kGemmRows * kGemmWarps), ceil_div(n, kGemmOut));
-    gemm_chunked<<<grid, kGemmWarps * kWarp, 0, s>>>(ws, n_chunks, n, xs, rows, y + o0, w.n_out);
+    launch(gemm_chunked, grid, kGemmWarps * kWarp, 0, s, ws, n_chunks, n, xs, rows, y + o0, w.n_out);
   }
 }
 
@@ -362,12 +374,12 @@ bool matmul(const Weight& w, const float* x, int rows, float* y, cudaStream_t s)
   return dispatch_weight_type(w.type, [&](auto tag) {
     constexpr GgmlType T = decltype(tag)::value;
     if constexpr (is_float_format(T)) {
-      matmul_float<T><<<grid, block, 0, s>>>(wd, w.row_bytes, w.n_in, w.n_out, x, rows, y);
+      launch(matmul_float<T>, grid, block, 0, s, wd, w.row_bytes, w.n_in, w.n_out, x, rows, y);
     } else if (rows == 1 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
-      matvec_blocks<T><<<ceil_div(w.n_out, kMvWarps), kMvWarps * kWarp, 0, s>>>(wd, w.row_bytes, w.n_in / 32,
+      launch(matvec_blocks<T>, ceil_div(w.n_out, kMvWarps), kMvWarps * kWarp, 0, s, wd, w.row_bytes, w.n_in / 32,
                                                                                  w.n_out, x, y);
     } else {
-      matmul_blocks<T><<<grid, block, 0, s>>>(wd, w.row_bytes, w.n_in / 32, w.n_in, w.n_out, x, rows, y);
+      launch(matmul_blocks<T>, grid, block, 0, s, wd, w.row_bytes, w.n_in / 32, w.n_in, w.n_out, x, rows, y);
     }
   });
 }

@@ -46,6 +46,8 @@ template <GgmlType T, int NR>
 __global__ void __launch_bounds__(kMvWarps* kWarp, MvShape<NR>::kMinBlocks)
     mv_kernel(const uint8_t* __restrict__ w, size_t row_bytes, unsigned n_units, int64_t n_out,
               const float* __restrict__ x, int n_in, int rows, float* __restrict__ y, int64_t y_stride) {
+  pdl_wait();
+  pdl_trigger();
   using Un = mv::Unit<T>;
   constexpr int G = MvShape<NR>::G, U = MvShape<NR>::U;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -132,7 +134,7 @@ void mv_launch(const Weight& w, const float* x, int rows, float* y, cudaStream_t
   const unsigned groups = ceil_div(rows, kRowGroup);
   const auto* wd = static_cast<const uint8_t*>(w.data);
   for_output_slices(w.n_out, int64_t(kMvWarps) * G, [&](int64_t o, int64_t n, unsigned blocks) {
-    mv_kernel<T, NR><<<dim3(groups, blocks), kMvWarps * kWarp, 0, s>>>(wd + size_t(o) * w.row_bytes, w.row_bytes,
+    launch(mv_kernel<T, NR>, dim3(groups, blocks), kMvWarps * kWarp, 0, s, wd + size_t(o) * w.row_bytes, w.row_bytes,
                                                                       n_units, n, x, int(w.n_in), rows, y + o, w.n_out);
   });
 }

@@ -70,6 +70,8 @@ constexpr float kHalfMax = 65504.0f;
 // k >= 0 with max |x[r]| * 2^-k < 65504 (rows past `rows`: zeros, k = 0). n % 4 == 0.
 __global__ void to_half_rows(const float* __restrict__ x, int rows, int n, __half* __restrict__ xh,
                              int* __restrict__ row_shift) {
+  pdl_wait();
+  pdl_trigger();
   const int r = blockIdx.x;
   const float4* xr = reinterpret_cast<const float4*>(x + int64_t(r) * n);
   uint2* hr = reinterpret_cast<uint2*>(xh + int64_t(r) * n);
@@ -106,6 +108,7 @@ __global__ void __launch_bounds__(kSplit* kWarp)
     mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, unsigned n_units, int64_t n_out,
                const __half* __restrict__ xh, const int* __restrict__ row_shift, int n_in, int rows_pad, int rows,
                float* __restrict__ y, int64_t y_stride) {
+  pdl_trigger();  // first: the next kernel may be scheduled while this one waits (see common.cuh)
   using Un = mv::Unit<T>;
   constexpr int kRegs = MT * NT * 4;
   __shared__ float part[kSplit][kRegs][kWarp];
@@ -122,6 +125,7 @@ __global__ void __launch_bounds__(kSplit* kWarp)
 #pragma unroll
     for (int h = 0; h < 2; ++h)  // tails: computed from the last row, not stored
       wr[mt][h] = w + size_t(min(o0 + mt * 16 + g + 8 * h, n_out - 1)) * row_bytes;
+  pdl_wait();
   const __half* xr[NT];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) xr[nt] = xh + size_t(r0 + min(nt, nt_live - 1) * 8 + g) * size_t(n_in);
@@ -216,7 +220,7 @@ void mma_launch(const Weight& w, const __half* xh, const int* row_shift, int row
   const unsigned groups = ceil_div(rows, kRowsPerGroup);
   const auto* wd = static_cast<const uint8_t*>(w.data);
   for_output_slices(w.n_out, 16 * MT, [&](int64_t o, int64_t n, unsigned blocks) {
-    mma_kernel<T, MT, NT, kSplit><<<dim3(groups, blocks), kSplit * kWarp, 0, s>>>(
+    launch(mma_kernel<T, MT, NT, kSplit>, dim3(groups, blocks), kSplit * kWarp, 0, s,
         wd + size_t(o) * w.row_bytes, w.row_bytes, n_units, n, xh, row_shift, int(w.n_in), rows_pad, rows, y + o,
         w.n_out);
   });
@@ -237,7 +241,7 @@ void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scrat
   auto* xh = static_cast<__half*>(scratch);
   auto* row_shift = reinterpret_cast<int*>(xh + size_t(rows_pad) * size_t(w.n_in));  // 4-aligned: n_in % 4 == 0
   const int threads = int(std::min<int64_t>(1024, std::max<int64_t>(kWarp, (w.n_in / 4 + kWarp - 1) / kWarp * kWarp)));
-  to_half_rows<<<unsigned(rows_pad), unsigned(threads), 0, s>>>(x, rows, int(w.n_in), xh, row_shift);
+  launch(to_half_rows, unsigned(rows_pad), unsigned(threads), 0, s, x, rows, int(w.n_in), xh, row_shift);
   mv::dispatch_unit_type(w.type, [&](auto tag) {
     constexpr GgmlType T = decltype(tag)::value;
     if constexpr (T != GgmlType::F32 && T != GgmlType::BF16) {

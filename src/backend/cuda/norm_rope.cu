@@ -15,6 +15,8 @@ namespace {
 template <bool kVec>
 __global__ void rms_norm_k(const float* x, size_t x_stride, const float* __restrict__ w, int dim, float eps,
                            float* out, size_t out_stride) {
+  pdl_wait();
+  pdl_trigger();
   const float* xi = x + blockIdx.x * x_stride;
   float* oi = out + blockIdx.x * out_stride;  // may equal xi: every read happens before the reduction ends
   float ss = 0.0f;
@@ -42,6 +44,8 @@ __global__ void rms_norm_k(const float* x, size_t x_stride, const float* __restr
 // Angles in double like the CPU (positions reach 10^5+ and float angles lose the phase).
 __global__ void rope_neox_k(float* x, size_t row_stride, size_t head_stride, int n_heads, const int32_t* pos,
                             int n_rot, float theta) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float cs_sn[];  // cos[half] then sin[half]
   const int half = n_rot / 2;
   const double p = pos[blockIdx.x];
@@ -73,16 +77,16 @@ void rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, f
   if (dim % 4 == 0 && x_stride % 4 == 0 && out_stride % 4 == 0 && aligned(x) && aligned(w) && aligned(out)) {
     // The block width depends on dim only, never on n: a row's result must not depend on the batch.
     const int threads = std::clamp((dim / 4 + kWarp - 1) / kWarp * kWarp, kWarp, 1024);
-    rms_norm_k<true><<<n, threads, 0, s>>>(x, x_stride, w, dim, eps, out, out_stride);
+    launch(rms_norm_k<true>, n, threads, 0, s, x, x_stride, w, dim, eps, out, out_stride);
   } else {
-    rms_norm_k<false><<<n, reduce_threads(dim), 0, s>>>(x, x_stride, w, dim, eps, out, out_stride);
+    launch(rms_norm_k<false>, n, reduce_threads(dim), 0, s, x, x_stride, w, dim, eps, out, out_stride);
   }
 }
 
 void rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads, const int32_t* pos,
                int n_rot, float theta, cudaStream_t s) {
   const size_t shared = size_t(n_rot / 2) * 2 * sizeof(float);
-  rope_neox_k<<<rows, 128, shared, s>>>(x, row_stride, head_stride, n_heads, pos, n_rot, theta);
+  launch(rope_neox_k, rows, 128, shared, s, x, row_stride, head_stride, n_heads, pos, n_rot, theta);
 }
 
 }  // namespace df::cuda
