@@ -744,6 +744,30 @@ TEST_F(CudaOps, RopeNeox) {
   }
 }
 
+// The fused residual add + norm (one kernel on CUDA): against the CPU's add then rms_norm, and
+// bit for bit against CUDA's own two launches (the model's numbers must not change with fusion).
+TEST_F(CudaOps, AddRmsNorm) {
+  Rng rng(12);
+  for (int dim : {7, 64, 1000, 4099, 5120}) {
+    for (int n : {1, 5}) {
+      const size_t count = size_t(n) * size_t(dim), os = size_t(dim) + 5;
+      const std::vector<float> w = rng.normals(size_t(dim), 0.5), x0 = rng.normals(count, 1.0),
+                               y0 = rng.normals(count, 1.0);
+      Twin<float> wd(be(), w), x(be(), x0), y(be(), y0), out(be(), strided(rng, n, dim, os, true));
+      both([&](Backend& b, int s) { b.add_rms_norm(x[s], y[s], wd[s], n, dim, 1e-6f, out[s], os); });
+      const std::string what = "dim=" + std::to_string(dim) + " n=" + std::to_string(n);
+      Check("add_rms_norm sum " + what).all(x.get(1), x.get(0), 0, 0);
+      Check("add_rms_norm " + what).all(out.get(1), out.get(0), 2 * red_tol(dim) + 16 * kU, 0);
+
+      Twin<float> xs(be(), x0), outs(be(), strided(rng, n, dim, os, true));
+      gpu().add(xs[1], y[1], int64_t(count));
+      gpu().rms_norm(xs[1], size_t(dim), wd[1], n, dim, 1e-6f, outs[1], os);
+      Check("add_rms_norm " + what + " vs add then rms_norm on CUDA").exact(out.get(1), outs.get(1));
+      Check("add_rms_norm sum " + what + " vs add on CUDA").exact(x.get(1), xs.get(1));
+    }
+  }
+}
+
 TEST_F(CudaOps, L2NormHeadsGatesGatedRmsNorm) {
   Rng rng(14);
   for (int dim : {7, 64, 128}) {

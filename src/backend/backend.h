@@ -94,6 +94,14 @@ class Backend {
                         float* out, size_t out_stride) = 0;
   // x[i] += y[i]
   virtual void add(float* x, const float* y, int64_t n) = 0;
+  // The residual add and the norm that follows it: x += y over n contiguous vectors of dim, then
+  // out = rms_norm(x) as rms_norm(x, dim, w, n, dim, eps, out, out_stride) computes it, bit for
+  // bit. A backend may fuse the two (CUDA: one kernel); the default runs them in turn.
+  virtual void add_rms_norm(float* x, const float* y, const float* w, int n, int dim, float eps, float* out,
+                            size_t out_stride) {
+    add(x, y, int64_t(n) * dim);
+    rms_norm(x, size_t(dim), w, n, dim, eps, out, out_stride);
+  }
   // out[i] = silu(gate[i]) * up[i] for i < n (n = rows * n_ff; all contiguous).
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
   // x[r][i] *= sigmoid(g[r][i]) for i < n: vector r of x at x + r * x_stride, of g at g + r * g_stride.

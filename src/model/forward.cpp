@@ -138,18 +138,23 @@ void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& 
   be_.upload(s.pos, s.h_pos.data(), size_t(R) * sizeof(int32_t));
   const size_t E = size_t(hp_.n_embd);
   be_.embed(tok_embd_, s.tokens, R, s.x);
-  for (const LayerWeights& L : layers_) {
-    be_.rms_norm(s.x, E, L.attn_norm, R, int(E), hp_.rms_eps, s.u, E);
+  // Each residual add is fused with the norm that reads its result (the next layer's input
+  // norm after the FFN), except the last, whose norm runs per logit row below.
+  if (!layers_.empty()) be_.rms_norm(s.x, E, layers_[0].attn_norm, R, int(E), hp_.rms_eps, s.u, E);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const LayerWeights& L = layers_[l];
     if (L.recurrent) {
       deltanet_layer(L, batch, st);
     } else {
       attention_layer(L, batch, st);
     }
-    be_.add(s.x, s.tmp, int64_t(R) * int64_t(E));
-    be_.rms_norm(s.x, E, L.post_norm, R, int(E), hp_.rms_eps, s.u, E);
+    be_.add_rms_norm(s.x, s.tmp, L.post_norm, R, int(E), hp_.rms_eps, s.u, E);
     ffn(L, R);
-    be_.add(s.x, s.tmp, int64_t(R) * int64_t(E));
-    capture_features(int(&L - layers_.data()), R);
+    if (l + 1 < layers_.size())
+      be_.add_rms_norm(s.x, s.tmp, layers_[l + 1].attn_norm, R, int(E), hp_.rms_eps, s.u, E);
+    else
+      be_.add(s.x, s.tmp, int64_t(R) * int64_t(E));
+    capture_features(int(l), R);
   }
   for (const auto& sg : s.segs) {
     Sequence& q = st.get(sg.seq);

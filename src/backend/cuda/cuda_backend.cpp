@@ -257,6 +257,14 @@ void CudaBackend::rms_norm(const float* x, size_t x_stride, const float* w, int 
   check_launch("rms_norm");
 }
 
+void CudaBackend::add_rms_norm(float* x, const float* y, const float* w, int n, int dim, float eps, float* out,
+                               size_t out_stride) {
+  if (n <= 0 || dim <= 0) return;
+  enter();
+  cuda::add_rms_norm(x, y, w, n, dim, eps, out, out_stride, as_stream(stream_));
+  check_launch("add_rms_norm");
+}
+
 void CudaBackend::add(float* x, const float* y, int64_t n) {
   if (n <= 0) return;
   enter();

@@ -48,6 +48,7 @@ int padded_blocks(int n) {
 enum class CudaGraphBackend::Op : uint8_t {
   kUpload, kTable, kCopy, kCopy2d, kMatmul, kEmbed, kRmsNorm, kAdd, kSwiglu, kMulSigmoid, kRope, kKvStore,
   kAttention, kConv1d, kL2Norm, kGdnGates, kDeltaRule, kGatedRmsNorm, kArgmax, kMatmulShared,
+  kAddRmsNorm,
 };
 
 // Arguments go on the tape field by field: the bytes must be a function of the values alone
@@ -253,6 +254,7 @@ void CudaGraphBackend::run_tape(const std::vector<unsigned char>& tape) {
       case Op::kEmbed: replay(r, &CudaBackend::embed); break;
       case Op::kRmsNorm: replay(r, &CudaBackend::rms_norm); break;
       case Op::kAdd: replay(r, &CudaBackend::add); break;
+      case Op::kAddRmsNorm: replay(r, &CudaBackend::add_rms_norm); break;
       case Op::kSwiglu: replay(r, &CudaBackend::swiglu); break;
       case Op::kMulSigmoid: replay(r, &CudaBackend::mul_sigmoid); break;
       case Op::kRope: replay(r, &CudaBackend::rope_neox); break;
@@ -441,6 +443,12 @@ void CudaGraphBackend::rms_norm(const float* x, size_t x_stride, const float* w,
                                 size_t out_stride) {
   if (!recording()) return CudaBackend::rms_norm(x, x_stride, w, n, dim, eps, out, out_stride);
   record(Op::kRmsNorm, &CudaBackend::rms_norm, x, x_stride, w, n, dim, eps, out, out_stride);
+}
+
+void CudaGraphBackend::add_rms_norm(float* x, const float* y, const float* w, int n, int dim, float eps, float* out,
+                                    size_t out_stride) {
+  if (!recording()) return CudaBackend::add_rms_norm(x, y, w, n, dim, eps, out, out_stride);
+  record(Op::kAddRmsNorm, &CudaBackend::add_rms_norm, x, y, w, n, dim, eps, out, out_stride);
 }
 
 void CudaGraphBackend::add(float* x, const float* y, int64_t n) {

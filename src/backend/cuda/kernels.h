@@ -60,6 +60,9 @@ void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_he
 // norm_rope.cu
 void rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, float eps, float* out,
               size_t out_stride, cudaStream_t s);
+// x += y (n contiguous vectors of dim), then rms_norm of x into out: one kernel.
+void add_rms_norm(float* x, const float* y, const float* w, int n, int dim, float eps, float* out, size_t out_stride,
+                  cudaStream_t s);
 void rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads, const int32_t* pos,
                int n_rot, float theta, cudaStream_t s);
 
