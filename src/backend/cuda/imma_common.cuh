@@ -1,6 +1,8 @@
-// What the Q4_K integer tensor-core kernels share: the Q8_K activations (quantize_q8k_k,
-// q8k_layout), the launch planning (Segments, for_each_launch), the split of a row's
-// super-blocks into slots (slots_of), the mma / dp4a helpers and the Q4_K header decoding.
+// What the Q4_K integer tensor-core kernels share: imma_matmul.cu (every row count, the decode
+// path) and imma_gemm.cu (the tiled prefill path for many rows). Both read the same Q8_K
+// activations (quantize_q8k_k, q8k_layout), plan launches the same way (Segments,
+// for_each_launch) and split each row's super-blocks into the same slots (slots_of), so a row's
+// result is the same bits whichever kernel computes it (see imma_matmul.cu's header comment).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -163,6 +165,16 @@ __device__ __forceinline__ Q4kScales q4k_scales(const uint8_t* blk) {
   s.sc[1] = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
   s.mn[1] = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
   return s;
+}
+
+// The float part of one super-block for one (activation row, output), as the CPU's k4_block:
+// (dx * (d / 16)) * isum - (dx * dmin) * msum, with isum = 16 sum_j sc_j dot_j and msum =
+// sum_j min_j xsum_j (both exact integers; |msum| < 2^22, so float(msum) is exact). Explicit
+// round-to-nearest intrinsics, so no kernel lets the compiler contract it differently: the
+// decode (imma_matmul.cu) and prefill (imma_gemm.cu) kernels must agree bit for bit.
+__device__ __forceinline__ float q4k_sb_term(float dx, float d, float dmin, int isum, float msum) {
+  const float a = __fmul_rn(__fmul_rn(dx, __fmul_rn(d, 0.0625f)), __int2float_rn(isum));
+  return __fmaf_rn(-__fmul_rn(dx, dmin), msum, a);
 }
 
 // The super-blocks of a row in `count` slots of `per_slot` consecutive ones (the last may be

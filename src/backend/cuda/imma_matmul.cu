@@ -1,5 +1,7 @@
 // The integer tensor-core matmul for Q4_K weights: y[r][o] = sum_k W[o][k] x[r][k], every row
-// count, with the activations in the CPU's Q8_K format (8-bit, one scale per 256).
+// count, with the activations in the CPU's Q8_K format (8-bit, one scale per 256). Calls of
+// more than kImmaGemmMinRows rows go to the tiled prefill kernel (imma_gemm.cu), which gives each
+// row the same bits as this one.
 //
 // Why. A decode step is bound by how fast the weights stream in, and the f16 tensor-core kernel
 // (mma_matmul.cu) spends ~3 instructions per weight element turning nibbles into f16, so it
@@ -31,6 +33,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/imma_common.cuh"
+#include "backend/cuda/imma_gemm.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mv_units.cuh"
 
@@ -185,8 +188,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
           const int lo = dp4a_uu(s.mn[1], lo1, dp4a_uu(s.mn[0], lo0, 0));
           const int hi = dp4a_us(s.mn[1], hi1, dp4a_us(s.mn[0], hi0, 0));
           const int msum = hi * 256 + lo;
-          const float a = (dxc * (s.d * 0.0625f)) * float(isum[mt][nt][j]);
-          acc[mt][nt][j] += __fmaf_rn(-(dxc * s.dmin), float(msum), a);
+          const float t = q4k_sb_term(dxc, s.d, s.dmin, isum[mt][nt][j], __int2float_rn(msum));
+          acc[mt][nt][j] = __fadd_rn(acc[mt][nt][j], t);
         }
     }
   }
@@ -208,7 +211,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
     const int r = r0 + nt * 8 + 2 * (l % 4) + (j % 2);
     if (nt >= nt_live || o >= n_out || r >= rows) continue;
     float sum = part(0, reg, l);
-    for (int k = 1; k < slots.count; ++k) sum += part(k, reg, l);
+    for (int k = 1; k < slots.count; ++k) sum = __fadd_rn(sum, part(k, reg, l));
     y[int64_t(r) * y_stride + o] = sum;
   }
 }
@@ -254,7 +257,8 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
   const int n_sb = int(n_in / kSb);
   quantize_q8k_k<<<dim3(unsigned(n_sb), unsigned(rows_pad)), kWarp, 0, s>>>(x, rows, rows_pad, int(n_in), xq, xd, xm);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
-    if (rows <= 8) imma_launch<1>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    if (rows > kImmaGemmMinRows) imma_gemm(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    else if (rows <= 8) imma_launch<1>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
     else if (rows <= 16) imma_launch<2>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
     else imma_launch<4>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
   });
