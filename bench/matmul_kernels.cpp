@@ -1,9 +1,11 @@
-// Each CUDA matmul kernel on the weight shapes of a 27B-shaped decode and verify step, timed
-// alone: the integer tensor-core kernel (imma_matmul.cu), the f16 tensor-core one
-// (mma_matmul.cu) and the fp32 CUDA-core one (matvec.cu), wherever each takes the weight. Prints
-// microseconds and weight bytes per second against the device's copy bandwidth, so a kernel
-// change is judged in one call without a model. Weights rotate over copies larger than the L2
-// cache, as a decode step streams each weight once.
+// Each CUDA matmul kernel on the weight shapes of a 27B-shaped decode, verify and prefill step,
+// timed alone: the integer tensor-core kernel (imma_matmul.cu, which sends calls of more than 32
+// rows to the prefill GEMM, imma_gemm.cu; that GEMM also alone, without the activation
+// quantization), the f16 tensor-core one (mma_matmul.cu) and the fp32 CUDA-core one (matvec.cu),
+// wherever each takes the weight. Prints microseconds, weight bytes per second against the
+// device's copy bandwidth (the decode measure) and TFLOPS-equivalent, 2 n_in n_out rows / time
+// (the prefill measure), so a kernel change is judged in one call without a model. Weights
+// rotate over copies larger than the L2 cache, as a decode step streams each weight once.
 //
 //   matmul_kernels [--reps N]   (built with the CUDA backend; run on the GPU machine)
 #include <cuda_runtime.h>
@@ -42,7 +44,7 @@ struct Shape {
 const Shape kShapes[] = {{"ffn gate/up", 5120, 17408}, {"ffn down", 17408, 5120}, {"gdn qkv", 5120, 10240},
                          {"attn/gdn out", 6144, 5120}, {"attn k", 5120, 1024}, {"gdn beta", 5120, 48}};
 const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::IQ4_XS};
-const int kRows[] = {1, 8, 16, 32};
+const int kRows[] = {1, 8, 16, 32, 128, 512};
 constexpr size_t kRotateBytes = size_t(512) << 20;  // > the H200's 50 MB L2, ten times over
 
 float median(std::vector<float> v) {
@@ -85,7 +87,8 @@ int main(int argc, char** argv) {
   }
   const double copy = copy_gb_s();
   std::printf("copy bandwidth %.0f GB/s (read + written); %d timed calls per line, median\n\n", copy, reps);
-  std::printf("| type | matrix | n_in x n_out | rows | kernel | us | weight GB/s | %% of copy |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf("| type | matrix | n_in x n_out | rows | kernel | us | weight GB/s | %% of copy | TFLOPS |\n"
+              "|---|---|---|---|---|---|---|---|---|\n");
   cudaStream_t s;
   check(cudaStreamCreate(&s), "stream");
   std::mt19937 rng(1);
@@ -122,22 +125,28 @@ int main(int argc, char** argv) {
       struct Kernel {
         const char* name;
         bool takes;
+        int min_rows;
+        std::function<void(int)> prepare;  // untimed, before the timed calls of a row count
         std::function<void(const Weight&, int)> run;
       };
       const Kernel kernels[] = {
-          {"imma (int8 tensor cores)", df::cuda::imma_supports(w0),
+          {"imma (int8 tensor cores)", df::cuda::imma_supports(w0), 1, nullptr,
            [&](const Weight& w, int rows) {
              const Weight* ws[1] = {&w};
              float* ys[1] = {y};
              df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, s);
            }},
-          {"mma (f16 tensor cores)", df::cuda::mma_supports(w0),
+          {"imma GEMM alone (x quantized before)", df::cuda::imma_supports(w0), df::cuda::kImmaGemmMinRows + 1,
+           [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
+           [&](const Weight& w, int rows) { df::cuda::imma_gemm_quantized(w, y, rows, scratch, s); }},
+          {"mma (f16 tensor cores)", df::cuda::mma_supports(w0), 1, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
-          {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0),
+          {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mv_matmul(w, x, rows, y, s); }}};
       for (int rows : kRows) {
         for (const Kernel& k : kernels) {
-          if (!k.takes) continue;
+          if (!k.takes || rows < k.min_rows) continue;
+          if (k.prepare) k.prepare(rows);
           cudaEvent_t a, b;
           cudaEventCreate(&a);
           cudaEventCreate(&b);
@@ -156,9 +165,10 @@ int main(int argc, char** argv) {
           cudaEventDestroy(a);
           cudaEventDestroy(b);
           const double t_us = median(us), gb_s = double(w_bytes) / (t_us * 1e-6) / 1e9;
-          std::printf("| %s | %s | %lld x %lld | %d | %s | %.1f | %.0f | %.1f |\n", df::type_name(t), sh.what,
+          const double tflops = 2.0 * double(sh.n_in) * double(sh.n_out) * rows / (t_us * 1e-6) / 1e12;
+          std::printf("| %s | %s | %lld x %lld | %d | %s | %.1f | %.0f | %.1f | %.1f |\n", df::type_name(t), sh.what,
                       static_cast<long long>(sh.n_in), static_cast<long long>(sh.n_out), rows, k.name, t_us, gb_s,
-                      100.0 * gb_s / copy);
+                      100.0 * gb_s / copy, tflops);
         }
       }
       std::fflush(stdout);

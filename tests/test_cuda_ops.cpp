@@ -14,7 +14,8 @@
 //                  (f32, f16, and q8_0: the kernel mirrors quantize_row's rounding step by step),
 //                  copy_2d; argmax_rows exact (ties: lowest index; NaN never wins).
 //   batch          a matmul row is bit-identical whether computed alone or among 1..40 rows
-//                  (the fast kernels of matvec.cu and the generic ones alike).
+//                  (the fast kernels of matvec.cu and the generic ones alike), and for Q4_K
+//                  among up to 600 (the decode and prefill GEMM kernels agree bit for bit).
 //   few ulp        swiglu, mul_sigmoid, gdn_gates: CUDA's expf/log1pf are within 2 ulp of
 //                  glibc's; rtol 4e-6 (~32 ulp).
 //   reductions     rms_norm, l2_norm_heads, gated_rms_norm: the norm differs by summation order,
@@ -479,6 +480,12 @@ TEST_P(CudaMatmul, AgainstExactAndCpu) {
                                    {1024, 129, 1}, {2048, 66, 2}, {3072, 35, 3}, {1024, 17, 8}, {2048, 40, 13},
                                    {1024, 9, 37}};
   if (fl) cases.push_back({301, 37, 3}), cases.push_back({1, 5, 2}), cases.push_back({33, 9, 16});
+  // Q4_K above 32 rows: the tiled prefill GEMM (imma_gemm.cu), with row tails (33, 100, 257 in
+  // 64- or 128-row tiles) and output tails (37, 129, 300 in 128-output tiles); 8448 is 33
+  // super-blocks, two per slot (the kernel's other variant).
+  if (mv::int8_tensor_core_type(t))
+    cases.insert(cases.end(), {{256, 37, 33}, {1024, 300, 64}, {6144, 37, 100}, {2304, 129, 257}, {512, 300, 512},
+                               {8448, 37, 70}});
   const bool has_min = t == GgmlType::Q4_1 || t == GgmlType::Q5_1;
   uint64_t seed = 1000 + uint64_t(t) * 100;
   for (const auto& c : cases) {
@@ -549,7 +556,8 @@ TEST_P(CudaMatmul, EmbedIsExact) {
 
 // A row's product must not depend on the other rows of the call (the model's batch-invariance
 // test relies on it): each row of a 40-row product, computed within calls of 1, 2, 3, 5, 8, 16,
-// 17 and 40 rows (every kernel shape and row-group split), is bit-identical.
+// 17, 33 and 40 rows (every kernel shape and row-group split; for Q4_K, 33 and 40 rows take the
+// prefill GEMM and the rest the decode kernel), is bit-identical.
 TEST_P(CudaMatmul, RowsAreBatchInvariant) {
   const GgmlType t = GetParam();
   const bool fl = type_traits(t).block_size == 1;
@@ -569,7 +577,7 @@ TEST_P(CudaMatmul, RowsAreBatchInvariant) {
     gpu().matmul(w, xd, rows, yd);
     std::vector<float> all(poison.size()), part(poison.size());
     gpu().download(all.data(), yd, all.size() * sizeof(float));
-    for (int width : {1, 2, 3, 5, 8, 16, 17}) {
+    for (int width : {1, 2, 3, 5, 8, 16, 17, 33}) {
       gpu().upload(yd, poison.data(), poison.size() * sizeof(float));
       for (int r0 = 0; r0 < rows; r0 += width)
         gpu().matmul(w, xd + size_t(r0) * n_in, std::min(width, rows - r0), yd + size_t(r0) * n_out);
@@ -603,7 +611,7 @@ TEST_F(CudaOps, SharedInputMatmulEqualsSeparateProducts) {
     const HostWeight& hw = hws.back();
     ws.push_back(Weight{hw.type, hw.n_in, hw.n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes});
   }
-  for (int rows : {1, 5, 17, 40}) {
+  for (int rows : {1, 5, 17, 40, 100, 300}) {  // 40, 100, 300: the Q4_K prefill GEMM
     const std::vector<float> x = make_activations(rows, 2048, 77 + uint64_t(rows));
     float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
     gpu().upload(xd, x.data(), x.size() * sizeof(float));
@@ -630,6 +638,47 @@ TEST_F(CudaOps, SharedInputMatmulEqualsSeparateProducts) {
       gpu().release(sep[i]);
       gpu().release(grp[i]);
     }
+    gpu().release(xd);
+  }
+}
+
+// The Q4_K prefill GEMM (imma_gemm.cu, calls of more than 32 rows) gives each row the bits the
+// decode kernel (imma_matmul.cu) gives it in a call of its own: chosen rows of one large call
+// equal, memcmp-equal, 1-row calls and 33-row calls starting at that row (another tile
+// alignment). n_in 1024 and 5120: one super-block per slot; 8448 and 17408: two and three per
+// slot (the running totals in shared memory). Calls of 300 rows here take the 128 x 64 blocks;
+// 600 x 12000 and 2500 x 3000 the 128 x 128 ones (grids of 3 waves or more on up to 156 SMs).
+TEST_F(CudaOps, Q4kGemmRowsEqualDecodeRows) {
+  struct Case {
+    int64_t n_in, n_out;
+    int rows;
+  };
+  for (const Case& c : {Case{5120, 300, 300}, Case{8448, 37, 300}, Case{17408, 130, 300}, Case{1024, 12000, 600},
+                        Case{8448, 3000, 2500}}) {
+    const HostWeight hw = make_weight(GgmlType::Q4_K, c.n_in, c.n_out, 7100 + uint64_t(c.n_in));
+    const std::vector<float> x = make_activations(c.rows, c.n_in, 7200 + uint64_t(c.n_in));
+    const Weight w{GgmlType::Q4_K, c.n_in, c.n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
+    const size_t n_out = size_t(c.n_out);
+    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
+    float* yd = static_cast<float*>(gpu().alloc(size_t(c.rows) * n_out * sizeof(float)));
+    float* yp = static_cast<float*>(gpu().alloc(33 * n_out * sizeof(float)));
+    gpu().upload(xd, x.data(), x.size() * sizeof(float));
+    gpu().matmul(w, xd, c.rows, yd);
+    std::vector<float> all(size_t(c.rows) * n_out), part(33 * n_out);
+    gpu().download(all.data(), yd, all.size() * sizeof(float));
+    for (int r : {0, 1, 2, 63, 64, 127, 128, 255, 266, c.rows - 1}) {
+      const float* want = all.data() + size_t(r) * n_out;
+      for (int width : {1, 33}) {
+        if (r + width > c.rows) continue;
+        gpu().matmul(w, xd + size_t(r) * size_t(c.n_in), width, yp);
+        gpu().download(part.data(), yp, size_t(width) * n_out * sizeof(float));
+        EXPECT_EQ(std::memcmp(part.data(), want, size_t(width) * n_out * sizeof(float)), 0)
+            << "matmul q4_k " << c.n_in << "x" << c.n_out << ": rows " << r << ".." << r + width - 1
+            << " in a call of their own differ from the same rows in one call of " << c.rows;
+      }
+    }
+    gpu().release(yp);
+    gpu().release(yd);
     gpu().release(xd);
   }
 }

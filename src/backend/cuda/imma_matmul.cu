@@ -1,5 +1,7 @@
 // The integer tensor-core matmul for Q4_K weights: y[r][o] = sum_k W[o][k] x[r][k], every row
-// count, with the activations in the CPU's Q8_K format (8-bit, one scale per 256).
+// count, with the activations in the CPU's Q8_K format (8-bit, one scale per 256). Calls of
+// more than kImmaGemmMinRows rows go to the tiled prefill kernel (imma_gemm.cu), which gives each
+// row the same bits as this one.
 //
 // Why. A decode step is bound by how fast the weights stream in, and the f16 tensor-core kernel
 // (mma_matmul.cu) spends ~3 instructions per weight element turning nibbles into f16, so it
@@ -30,6 +32,8 @@
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/imma_common.cuh"
+#include "backend/cuda/imma_gemm.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mv_units.cuh"
 
@@ -37,159 +41,8 @@ namespace df::cuda {
 
 namespace {
 
-constexpr int kSb = 256;          // elements per super-block (Q4_K and Q8_K)
-constexpr int kQ4kBytes = 144;    // bytes per Q4_K super-block: d, dmin, 12 scale bytes, 128 quant bytes
 constexpr int kMaxNt = 4;         // n-tiles per launch group: 32 activation rows
 constexpr int kRowsPerGroup = 8 * kMaxNt;
-constexpr int kMaxSlots = 32;     // partial sums per output kept for the in-order final sum
-
-struct Slots {
-  int count, per_slot;
-};
-
-// Up to kMaxSegments weights with the same input in one launch (the projections a layer
-// applies to one activation: q/k/v, qkv/z/alpha/beta, gate/up): blocks first_block[i] ..
-// first_block[i + 1] - 1 compute segment i. Each output row is computed as it would be alone.
-constexpr int kMaxSegments = 4;
-struct Segments {
-  const uint8_t* w[kMaxSegments];
-  size_t row_bytes[kMaxSegments];
-  int64_t n_out[kMaxSegments];  // outputs of the segment (a slice of its weight's rows)
-  float* y[kMaxSegments];       // output of the segment's first row, for activation row 0
-  int64_t y_stride[kMaxSegments];
-  int first_block[kMaxSegments + 1];
-  int n;
-};
-
-// Where the quantized activations live inside the scratch buffer.
-struct Q8kLayout {
-  size_t q, d, m, bytes;  // byte offsets of the int8 values, the scales, the packed sums; total
-};
-
-Q8kLayout q8k_layout(int64_t n_in, int rows_pad) {
-  const size_t n_sb = size_t(n_in / kSb);
-  auto align = [](size_t v) { return (v + 255) / 256 * 256; };
-  Q8kLayout l{};
-  l.q = 0;
-  l.d = align(size_t(rows_pad) * size_t(n_in));
-  l.m = align(l.d + n_sb * size_t(rows_pad) * sizeof(float));
-  l.bytes = align(l.m + 2 * n_sb * size_t(rows_pad) * sizeof(uint2));
-  return l;
-}
-
-// One warp per (super-block b, row r): Q8_K of x[r][256b .. 256b + 255] as the CPU computes it
-// (quantize_q8_k): the first element of largest magnitude sets iscale = -127 / max; q =
-// round-to-even(fma(x, iscale, 1.5 * 2^23)) capped at 127; d = 1 / iscale. Rows past `rows`
-// (padding up to rows_pad) and all-zero blocks are zeros with d = 0.
-__global__ void __launch_bounds__(kWarp)
-    quantize_q8k_k(const float* __restrict__ x, int rows, int rows_pad, int n_in, int8_t* __restrict__ xq,
-                   float* __restrict__ xd, uint2* __restrict__ xm) {
-  pdl_wait();
-  pdl_trigger();
-  const int b = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
-  const int64_t e = int64_t(b) * kSb + 8 * lane;
-  float v[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = 0.0f;
-  if (r < rows) {
-    const float4 a = *reinterpret_cast<const float4*>(x + int64_t(r) * n_in + e);
-    const float4 c = *reinterpret_cast<const float4*>(x + int64_t(r) * n_in + e + 4);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
-  }
-  float amax = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
-  amax = warp_max(amax);
-  int q[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) q[j] = 0;
-  float d = 0.0f;
-  if (amax > 0.0f) {
-    // The signed value of the first element (in row order) whose magnitude is amax.
-    float mine = 0.0f;
-    bool found = false;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      if (!found && fabsf(v[j]) == amax) mine = v[j], found = true;
-    const int src = __ffs(__ballot_sync(0xffffffffu, found)) - 1;
-    const float max = __shfl_sync(0xffffffffu, mine, src);
-    const float iscale = -127.f / max;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int bits = __float_as_int(__fmaf_rn(v[j], iscale, 12582912.f));
-      q[j] = min((bits & 0x007fffff) - 0x00400000, 127);
-    }
-    d = 1.0f / iscale;
-  }
-  uint2 packed;
-  packed.x = uint32_t(q[0] & 0xFF) | uint32_t(q[1] & 0xFF) << 8 | uint32_t(q[2] & 0xFF) << 16 | uint32_t(q[3]) << 24;
-  packed.y = uint32_t(q[4] & 0xFF) | uint32_t(q[5] & 0xFF) << 8 | uint32_t(q[6] & 0xFF) << 16 | uint32_t(q[7]) << 24;
-  *reinterpret_cast<uint2*>(xq + int64_t(r) * n_in + e) = packed;
-  // Sub-block sums (4 lanes a sub-block), then each half super-block's four as byte planes.
-  int s = 0;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) s += q[j];
-  s += __shfl_xor_sync(0xffffffffu, s, 1);
-  s += __shfl_xor_sync(0xffffffffu, s, 2);
-  const int base = lane & 16;
-  int c[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) c[j] = __shfl_sync(0xffffffffu, s, base + 4 * j);
-  if ((lane & 15) == 0) {
-    uint32_t lo = 0, hi = 0;  // sum = 256 * (signed high byte) + (unsigned low byte)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      lo |= uint32_t(c[j] & 0xFF) << (8 * j);
-      hi |= uint32_t((c[j] >> 8) & 0xFF) << (8 * j);
-    }
-    xm[(size_t(b) * 2 + lane / 16) * rows_pad + r] = make_uint2(lo, hi);
-  }
-  if (lane == 0) xd[size_t(b) * rows_pad + r] = d;
-}
-
-// d = a * b for one m16n8k32 tile: a holds unsigned bytes, b signed bytes, d starts at zero.
-__device__ __forceinline__ void imma_16832(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  d[0] = d[1] = d[2] = d[3] = 0;
-  asm(
-      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Four-byte dot products with accumulation: unsigned x unsigned, unsigned x signed.
-__device__ __forceinline__ int dp4a_uu(uint32_t a, uint32_t b, int c) {
-  int d;
-  asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
-  int d;
-  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-
-__device__ __forceinline__ int byte_of(uint32_t w, int k) { return int((w >> (8 * k)) & 0xFF); }
-
-// A Q4_K super-block header (d, dmin, 12 scale bytes) as packed 6-bit scales and mins of the
-// eight sub-blocks: bytes j of sc[0] / mn[0] are sub-block j, of sc[1] / mn[1] sub-block 4 + j
-// (quant/blocks.h k4_scale_min, four at a time).
-struct Q4kScales {
-  uint32_t sc[2], mn[2];
-  float d, dmin;
-};
-
-__device__ __forceinline__ Q4kScales q4k_scales(const uint8_t* blk) {
-  const uint4 h = __ldg(reinterpret_cast<const uint4*>(blk));
-  Q4kScales s;
-  s.d = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x & 0xFFFF)));
-  s.dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x >> 16)));
-  s.sc[0] = h.y & 0x3F3F3F3Fu;
-  s.mn[0] = h.z & 0x3F3F3F3Fu;
-  s.sc[1] = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
-  s.mn[1] = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
-  return s;
-}
 
 // Blocks per SM the register budget must allow: 3 for one n-tile (24 warps to hide latency), 2 above.
 template <int MT, int NT, int kMaxWarps>
@@ -337,8 +190,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
           const int lo = dp4a_uu(s.mn[1], lo1, dp4a_uu(s.mn[0], lo0, 0));
           const int hi = dp4a_us(s.mn[1], hi1, dp4a_us(s.mn[0], hi0, 0));
           const int msum = hi * 256 + lo;
-          const float a = (dxc * (s.d * 0.0625f)) * float(isum[mt][nt][j]);
-          acc[mt][nt][j] += __fmaf_rn(-(dxc * s.dmin), float(msum), a);
+          const float t = q4k_sb_term(dxc, s.d, s.dmin, isum[mt][nt][j], __int2float_rn(msum));
+          acc[mt][nt][j] = __fadd_rn(acc[mt][nt][j], t);
         }
     }
   }
@@ -360,16 +213,9 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
     const int r = r0 + nt * 8 + 2 * (l % 4) + (j % 2);
     if (nt >= nt_live || o >= n_out || r >= rows) continue;
     float sum = part(0, reg, l);
-    for (int k = 1; k < slots.count; ++k) sum += part(k, reg, l);
+    for (int k = 1; k < slots.count; ++k) sum = __fadd_rn(sum, part(k, reg, l));
     y[int64_t(r) * y_stride + o] = sum;
   }
-}
-
-// The super-blocks of a row in `count` slots of `per_slot` consecutive ones (the last may be
-// short): a slot's are summed in order, then the slots in order. A function of n_in alone.
-Slots slots_of(int n_sb) {
-  const int per = (n_sb + kMaxSlots - 1) / kMaxSlots;
-  return Slots{(n_sb + per - 1) / per, per};
 }
 
 // Eight warps a block, each taking slots w, w + 8, ...: on the H200 this streamed the decode
@@ -394,31 +240,6 @@ void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const flo
       segs, n_sb, slots, xq, xd, xm, int(n_in), rows_pad, rows);
 }
 
-// Calls launch(segments) for weights ws[0..n) (same n_in) into ys: one launch while the
-// segments fit a grid's 65535 blocks of 16 outputs, else one per slice (for_output_slices).
-// No allocation: this runs for every product of a step.
-template <class F>
-void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launch) {
-  Segments cur{};
-  for (int i = 0; i < n; ++i) {
-    const Weight& w = *ws[i];
-    for_output_slices(w.n_out, 16, [&](int64_t o, int64_t cnt, unsigned blocks) {
-      if (cur.n == kMaxSegments || int64_t(cur.first_block[cur.n]) + blocks > 65535) {
-        launch(cur);
-        cur = Segments{};
-      }
-      const int k = cur.n++;
-      cur.w[k] = static_cast<const uint8_t*>(w.data) + size_t(o) * w.row_bytes;
-      cur.row_bytes[k] = w.row_bytes;
-      cur.n_out[k] = cnt;
-      cur.y[k] = ys[i] + o;
-      cur.y_stride[k] = w.n_out;
-      cur.first_block[k + 1] = cur.first_block[k] + int(blocks);
-    });
-  }
-  if (cur.n > 0) launch(cur);
-}
-
 }  // namespace
 
 bool imma_supports(const Weight& w) { return mv::int8_tensor_core_supports(w.type, w.n_in, w.row_bytes, w.data); }
@@ -438,7 +259,8 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
   const int n_sb = int(n_in / kSb);
   launch(quantize_q8k_k, dim3(unsigned(n_sb), unsigned(rows_pad)), kWarp, 0, s, x, rows, rows_pad, int(n_in), xq, xd, xm);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
-    if (rows <= 8) imma_launch<1>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    if (rows > kImmaGemmMinRows) imma_gemm(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    else if (rows <= 8) imma_launch<1>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
     else if (rows <= 16) imma_launch<2>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
     else imma_launch<4>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
   });

@@ -32,10 +32,20 @@ void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scrat
 // imma_matmul_group: ys[i] = x ws[i]^T for weights of the same n_in sharing the input x: the
 // activations are quantized once and the products share launches; each result is bit-identical
 // to the weight's product alone.
+// Calls of more than kImmaGemmMinRows rows take the tiled prefill kernel (imma_gemm.cu), which
+// gives each row the same bits. Up to 32 rows the decode kernel streams each weight once (one
+// group of four 8-row n-tiles); above, it streams it again per 32 rows, while the GEMM reads it
+// once per 64- or 128-row tile and reuses each unpacked fragment for 4 n-tiles.
 bool imma_supports(const Weight& w);
 size_t imma_scratch_bytes(const Weight& w, int rows);
 void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                        cudaStream_t s);
+constexpr int kImmaGemmMinRows = 32;
+// imma_gemm.cu -- imma_matmul_group's two steps for rows > kImmaGemmMinRows, apart, so that
+// bench/matmul_kernels can time the GEMM alone: imma_quantize writes x's Q8_K form into scratch
+// (imma_scratch_bytes), imma_gemm_quantized multiplies w by it.
+void imma_quantize(const float* x, int64_t n_in, int rows, void* scratch, cudaStream_t s);
+void imma_gemm_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s);
 
 // matmul.cu -- y = x W^T for every supported weight type; false if the type has no kernel.
 bool matmul(const Weight& w, const float* x, int rows, float* y, cudaStream_t s);

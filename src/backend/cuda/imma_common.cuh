@@ -1,0 +1,214 @@
+// What the Q4_K integer tensor-core kernels share: imma_matmul.cu (every row count, the decode
+// path) and imma_gemm.cu (the tiled prefill path for many rows). Both read the same Q8_K
+// activations (quantize_q8k_k, q8k_layout), plan launches the same way (Segments,
+// for_each_launch) and split each row's super-blocks into the same slots (slots_of), so a row's
+// result is the same bits whichever kernel computes it (see imma_matmul.cu's header comment).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace df::cuda {
+
+constexpr int kSb = 256;          // elements per super-block (Q4_K and Q8_K)
+constexpr int kQ4kBytes = 144;    // bytes per Q4_K super-block: d, dmin, 12 scale bytes, 128 quant bytes
+constexpr int kMaxSlots = 32;     // partial sums per output kept for the in-order final sum
+
+struct Slots {
+  int count, per_slot;
+};
+
+// Up to kMaxSegments weights with the same input in one launch (the projections a layer
+// applies to one activation: q/k/v, qkv/z/alpha/beta, gate/up): blocks first_block[i] ..
+// first_block[i + 1] - 1 compute segment i. Each output row is computed as it would be alone.
+constexpr int kMaxSegments = 4;
+struct Segments {
+  const uint8_t* w[kMaxSegments];
+  size_t row_bytes[kMaxSegments];
+  int64_t n_out[kMaxSegments];  // outputs of the segment (a slice of its weight's rows)
+  float* y[kMaxSegments];       // output of the segment's first row, for activation row 0
+  int64_t y_stride[kMaxSegments];
+  int first_block[kMaxSegments + 1];
+  int n;
+};
+
+// Where the quantized activations live inside the scratch buffer.
+struct Q8kLayout {
+  size_t q, d, m, bytes;  // byte offsets of the int8 values, the scales, the packed sums; total
+};
+
+inline Q8kLayout q8k_layout(int64_t n_in, int rows_pad) {
+  const size_t n_sb = size_t(n_in / kSb);
+  auto align = [](size_t v) { return (v + 255) / 256 * 256; };
+  Q8kLayout l{};
+  l.q = 0;
+  l.d = align(size_t(rows_pad) * size_t(n_in));
+  l.m = align(l.d + n_sb * size_t(rows_pad) * sizeof(float));
+  l.bytes = align(l.m + 2 * n_sb * size_t(rows_pad) * sizeof(uint2));
+  return l;
+}
+
+// Each file that includes this header gets its own copy (only imma_matmul.cu launches it).
+namespace {
+
+// One warp per (super-block b, row r): Q8_K of x[r][256b .. 256b + 255] as the CPU computes it
+// (quantize_q8_k): the first element of largest magnitude sets iscale = -127 / max; q =
+// round-to-even(fma(x, iscale, 1.5 * 2^23)) capped at 127; d = 1 / iscale. Rows past `rows`
+// (padding up to rows_pad) and all-zero blocks are zeros with d = 0.
+__global__ void __launch_bounds__(kWarp)
+    quantize_q8k_k(const float* __restrict__ x, int rows, int rows_pad, int n_in, int8_t* __restrict__ xq,
+                   float* __restrict__ xd, uint2* __restrict__ xm) {
+  pdl_wait();
+  pdl_trigger();
+  const int b = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
+  const int64_t e = int64_t(b) * kSb + 8 * lane;
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = 0.0f;
+  if (r < rows) {
+    const float4 a = *reinterpret_cast<const float4*>(x + int64_t(r) * n_in + e);
+    const float4 c = *reinterpret_cast<const float4*>(x + int64_t(r) * n_in + e + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
+  amax = warp_max(amax);
+  int q[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) q[j] = 0;
+  float d = 0.0f;
+  if (amax > 0.0f) {
+    // The signed value of the first element (in row order) whose magnitude is amax.
+    float mine = 0.0f;
+    bool found = false;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      if (!found && fabsf(v[j]) == amax) mine = v[j], found = true;
+    const int src = __ffs(__ballot_sync(0xffffffffu, found)) - 1;
+    const float max = __shfl_sync(0xffffffffu, mine, src);
+    const float iscale = -127.f / max;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int bits = __float_as_int(__fmaf_rn(v[j], iscale, 12582912.f));
+      q[j] = min((bits & 0x007fffff) - 0x00400000, 127);
+    }
+    d = 1.0f / iscale;
+  }
+  uint2 packed;
+  packed.x = uint32_t(q[0] & 0xFF) | uint32_t(q[1] & 0xFF) << 8 | uint32_t(q[2] & 0xFF) << 16 | uint32_t(q[3]) << 24;
+  packed.y = uint32_t(q[4] & 0xFF) | uint32_t(q[5] & 0xFF) << 8 | uint32_t(q[6] & 0xFF) << 16 | uint32_t(q[7]) << 24;
+  *reinterpret_cast<uint2*>(xq + int64_t(r) * n_in + e) = packed;
+  // Sub-block sums (4 lanes a sub-block), then each half super-block's four as byte planes.
+  int s = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s += q[j];
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  s += __shfl_xor_sync(0xffffffffu, s, 2);
+  const int base = lane & 16;
+  int c[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) c[j] = __shfl_sync(0xffffffffu, s, base + 4 * j);
+  if ((lane & 15) == 0) {
+    uint32_t lo = 0, hi = 0;  // sum = 256 * (signed high byte) + (unsigned low byte)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      lo |= uint32_t(c[j] & 0xFF) << (8 * j);
+      hi |= uint32_t((c[j] >> 8) & 0xFF) << (8 * j);
+    }
+    xm[(size_t(b) * 2 + lane / 16) * rows_pad + r] = make_uint2(lo, hi);
+  }
+  if (lane == 0) xd[size_t(b) * rows_pad + r] = d;
+}
+
+}  // namespace
+
+// d = a * b for one m16n8k32 tile: a holds unsigned bytes, b signed bytes, d starts at zero.
+__device__ __forceinline__ void imma_16832(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  d[0] = d[1] = d[2] = d[3] = 0;
+  asm(
+      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four-byte dot products with accumulation: unsigned x unsigned, unsigned x signed.
+__device__ __forceinline__ int dp4a_uu(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+__device__ __forceinline__ int byte_of(uint32_t w, int k) { return int((w >> (8 * k)) & 0xFF); }
+
+// A Q4_K super-block header (d, dmin, 12 scale bytes) as packed 6-bit scales and mins of the
+// eight sub-blocks: bytes j of sc[0] / mn[0] are sub-block j, of sc[1] / mn[1] sub-block 4 + j
+// (quant/blocks.h k4_scale_min, four at a time).
+struct Q4kScales {
+  uint32_t sc[2], mn[2];
+  float d, dmin;
+};
+
+__device__ __forceinline__ Q4kScales q4k_scales(const uint8_t* blk) {
+  const uint4 h = __ldg(reinterpret_cast<const uint4*>(blk));
+  Q4kScales s;
+  s.d = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x & 0xFFFF)));
+  s.dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x >> 16)));
+  s.sc[0] = h.y & 0x3F3F3F3Fu;
+  s.mn[0] = h.z & 0x3F3F3F3Fu;
+  s.sc[1] = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+  s.mn[1] = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+  return s;
+}
+
+// The float part of one super-block for one (activation row, output), as the CPU's k4_block:
+// (dx * (d / 16)) * isum - (dx * dmin) * msum, with isum = 16 sum_j sc_j dot_j and msum =
+// sum_j min_j xsum_j (both exact integers; |msum| < 2^22, so float(msum) is exact). Explicit
+// round-to-nearest intrinsics, so no kernel lets the compiler contract it differently: the
+// decode (imma_matmul.cu) and prefill (imma_gemm.cu) kernels must agree bit for bit.
+__device__ __forceinline__ float q4k_sb_term(float dx, float d, float dmin, int isum, float msum) {
+  const float a = __fmul_rn(__fmul_rn(dx, __fmul_rn(d, 0.0625f)), __int2float_rn(isum));
+  return __fmaf_rn(-__fmul_rn(dx, dmin), msum, a);
+}
+
+// The super-blocks of a row in `count` slots of `per_slot` consecutive ones (the last may be
+// short): a slot's are summed in order, then the slots in order. A function of n_in alone.
+inline Slots slots_of(int n_sb) {
+  const int per = (n_sb + kMaxSlots - 1) / kMaxSlots;
+  return Slots{(n_sb + per - 1) / per, per};
+}
+
+// Calls launch(segments) for weights ws[0..n) (same n_in) into ys: one launch while the
+// segments fit a grid's 65535 blocks of 16 outputs, else one per slice (for_output_slices).
+// No allocation: this runs for every product of a step.
+template <class F>
+void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launch) {
+  Segments cur{};
+  for (int i = 0; i < n; ++i) {
+    const Weight& w = *ws[i];
+    for_output_slices(w.n_out, 16, [&](int64_t o, int64_t cnt, unsigned blocks) {
+      if (cur.n == kMaxSegments || int64_t(cur.first_block[cur.n]) + blocks > 65535) {
+        launch(cur);
+        cur = Segments{};
+      }
+      const int k = cur.n++;
+      cur.w[k] = static_cast<const uint8_t*>(w.data) + size_t(o) * w.row_bytes;
+      cur.row_bytes[k] = w.row_bytes;
+      cur.n_out[k] = cnt;
+      cur.y[k] = ys[i] + o;
+      cur.y_stride[k] = w.n_out;
+      cur.first_block[k + 1] = cur.first_block[k] + int(blocks);
+    });
+  }
+  if (cur.n > 0) launch(cur);
+}
+
+}  // namespace df::cuda

@@ -1,0 +1,413 @@
+// The tiled prefill product for Q4_K weights: imma_matmul.cu's integer tensor-core math for calls
+// of many rows (imma_matmul_group sends it those above kImmaGemmMinRows), each output
+// bit-identical to what that kernel computes for the row alone.
+//
+// Why. The decode kernel takes 32 activation rows per block group, so a 512-row prompt streams
+// and unpacks every weight 16 times from L2, and each unpacked weight fragment serves 4 n-tiles.
+// Here a block owns a BM x BN tile of outputs (weight rows x activation rows) and walks the
+// super-blocks once, in order: per super-block the tile's Q4_K blocks and Q8_K rows are staged
+// in shared memory (cp.async, two stages, so the next super-block loads while this one
+// computes), and each warp multiplies a 16 MT x 8 NT sub-tile: every weight fragment serves NT
+// n-tiles and every activation fragment MT m-tiles.
+//
+// Bit identity. Per (row, output) and super-block both kernels form the same exact integers:
+// isum = 16 sum_j sc_j dot_j (an mma's sum is exact, so the k order inside a sub-block does not
+// matter: here the plain mma layout, there a permutation of it) and msum = sum_j min_j xsum_j;
+// then the same float term (q4k_sb_term). The floats are added in the decode kernel's order:
+// within a slot (slots_of) in super-block order starting from 0.0f, then the slot sums in slot
+// order, the first as it is. A running total beside the slot accumulator gives exactly that
+// order in one pass over the super-blocks.
+//
+// Shared memory and fragments. A tile row is stored as it is in memory: Q4_K blocks 144 bytes
+// apart, Q8_K rows 272 (256 + 16 padding) apart. Both strides are 16 mod 128, so the eight
+// 16-byte rows each ldmatrix phase reads fall in distinct bank groups: no conflicts, no swizzle.
+// One ldmatrix.x4 gives a warp the A fragments of a 16-row m-tile for a pair of sub-blocks (32
+// bytes of nibbles: the low nibbles are sub-block 2i, the high ones 2i + 1, apart with one LOP3
+// each; the high ones enter as 16 q, as in the decode kernel); one gives the B fragments of an
+// 8-row n-tile for the same pair.
+//
+// msum is a second, small product: a weight row's 8 mins times an activation row's 8 sub-block
+// sums, which the quantizer stores as low bytes (unsigned) and high bytes (signed). Two
+// m16n8k16 mmas (k 0..7 used) give lo and hi, msum = 256 hi + lo, where dp4a would take four
+// instructions per output on the integer pipe that the scale multiplies already keep busy. The
+// lo mma starts from the bits of 1.5 * 2^23, so lo + 256 hi is the bit pattern of the float
+// 1.5 * 2^23 + msum and one subtraction gives float(msum), exactly (|msum| < 2^22).
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/imma_common.cuh"
+#include "backend/cuda/imma_gemm.cuh"
+
+namespace df::cuda {
+
+namespace {
+
+constexpr int kXRow = kSb + 16;             // bytes per activation row in shared memory
+constexpr int kWChunks = kQ4kBytes / 16;    // 16-byte copies per Q4_K block
+constexpr int kMagic = 0x4B400000;          // the bits of 1.5 * 2^23
+constexpr float kMagicF = 12582912.0f;      // 1.5 * 2^23
+constexpr int kStages = 2;                  // one super-block computes while the next loads
+
+// One pipeline stage for a BM x BN tile: weights, activations, activation scales, packed sums.
+template <int BM, int BN>
+struct Stage {
+  static constexpr int kW = 0;
+  static constexpr int kX = kW + BM * kQ4kBytes;
+  static constexpr int kD = kX + BN * kXRow;
+  static constexpr int kM = kD + BN * 4;
+  // The two halves of the packed sums, 64 bytes apart in banks: lanes reading both halves of
+  // eight rows (one LDS.64 each) meet no conflict.
+  static constexpr int kMHalf = BN * 8 + 64;
+  static constexpr int kBytes = (kM + 2 * kMHalf + 127) / 128 * 128;
+};
+
+// 16 bytes global -> shared, asynchronously; zeros when !live (src must still be mapped).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool live) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Four 8x8 b16 matrices: lane l gives the address of row l % 8 of matrix l / 8 and receives, of
+// each matrix, the 4 bytes at 4 (l % 4) of row l / 4.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// d = a * b + c for one m16n8k16 tile (k 0..15; a unsigned bytes, b unsigned / signed bytes).
+__device__ __forceinline__ void imma_16816_uu(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b, int c) {
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a0), "r"(a1), "r"(b), "r"(c));
+}
+__device__ __forceinline__ void imma_16816_us(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b, int c) {
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a0), "r"(a1), "r"(b), "r"(c));
+}
+
+// A block of WM x WN warps, each multiplying MT m-tiles by NT n-tiles; eight warps per SM (the
+// register budget: ~220 per thread for MT = NT = 4). kMulti: slots of several super-blocks
+// (n_in > 32 * 256); the slot sums then stay in registers and the running totals move to
+// shared memory (touched once per slot), so both variants hold two values per output.
+template <int MT, int NT, int WM, int WN, bool kMulti>
+__global__ void __launch_bounds__(WM* WN* kWarp, 8 / (WM * WN))
+    imma_gemm_kernel(const Segments segs, int n_sb, int per_slot, const int8_t* __restrict__ xq,
+                     const float* __restrict__ xd, const uint2* __restrict__ xm, int n_in, int rows_pad, int rows) {
+  constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN, kThreads = WM * WN * kWarp;
+  using S = Stage<BM, BN>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t smem_s = uint32_t(__cvta_generic_to_shared(smem));
+
+  const int tid = int(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp;
+  const int g = lane / 4, c = lane % 4;
+  const int wm0 = (warp / WN) * 16 * MT, wn0 = (warp % WN) * 8 * NT;  // the warp's sub-tile
+  int seg = 0;
+#pragma unroll
+  for (int i = 1; i < kMaxSegments; ++i)
+    if (i < segs.n && int(blockIdx.y) >= segs.first_block[i]) seg = i;
+  const uint8_t* const w = segs.w[seg];
+  const size_t row_bytes = segs.row_bytes[seg];
+  const int64_t n_out = segs.n_out[seg];
+  const int64_t o0 = int64_t(int(blockIdx.y) - segs.first_block[seg]) * BM;
+  const int r0 = int(blockIdx.x) * BN;
+
+  // Copies of super-block sb into stage st; rows past n_out or rows come in as zeros.
+  auto load_w = [&](int st, int sb) {
+    const uint32_t dst = smem_s + st * S::kBytes + S::kW;
+#pragma unroll 1
+    for (int i = tid; i < BM * kWChunks; i += kThreads) {
+      const int row = i / kWChunks, chunk = i % kWChunks;
+      const bool live = o0 + row < n_out;
+      const uint8_t* src = w + size_t(live ? o0 + row : 0) * row_bytes + size_t(sb) * kQ4kBytes + 16 * chunk;
+      cp_async16(dst + row * kQ4kBytes + 16 * chunk, src, live);
+    }
+  };
+  auto load_x = [&](int st, int sb) {
+    const uint32_t dst = smem_s + st * S::kBytes;
+#pragma unroll 1
+    for (int i = tid; i < BN * (kSb / 16); i += kThreads) {
+      const int row = i / (kSb / 16), chunk = i % (kSb / 16);
+      const bool live = r0 + row < rows;
+      const int8_t* src = xq + size_t(live ? r0 + row : 0) * size_t(n_in) + size_t(sb) * kSb + 16 * chunk;
+      cp_async16(dst + S::kX + row * kXRow + 16 * chunk, src, live);
+    }
+    // Scales 4 rows a copy, packed sums 2 rows a copy per half: whole copies lie below rows_pad
+    // (a multiple of 8) or above it.
+#pragma unroll 1
+    for (int i = tid; i < BN / 4 + BN; i += kThreads) {
+      if (i < BN / 4) {
+        const bool live = r0 + 4 * i < rows_pad;
+        cp_async16(dst + S::kD + 16 * i, xd + size_t(sb) * rows_pad + (live ? r0 + 4 * i : 0), live);
+      } else {
+        const int k = i - BN / 4, half = k / (BN / 2), row = 2 * (k % (BN / 2));
+        const bool live = r0 + row < rows_pad;
+        const uint2* src = xm + (size_t(sb) * 2 + half) * rows_pad + (live ? r0 + row : 0);
+        cp_async16(dst + S::kM + half * S::kMHalf + 8 * row, src, live);
+      }
+    }
+  };
+
+  // Weights never change, so the first stages' may load before the previous kernel ends.
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st)
+    if (st < n_sb) load_w(st, st);
+  pdl_wait();
+  pdl_trigger();
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < n_sb) load_x(st, st);
+    cp_async_commit();
+  }
+
+  // Per output: the running total, and for kMulti the current slot's sum (tot_s: the totals).
+  float run[MT][NT][4];
+  float4* const tot_s = reinterpret_cast<float4*>(smem + kStages * S::kBytes);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) run[mt][nt][j] = 0.0f;
+  bool first_slot = true;
+  int left_in_slot = per_slot;
+
+  for (int sb = 0; sb < n_sb; ++sb) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage sb landed for all threads; stage sb - 1 is no longer read
+    {
+      const int next = sb + kStages - 1;
+      if (next < n_sb) {
+        load_w(next % kStages, next);
+        load_x(next % kStages, next);
+      }
+      cp_async_commit();
+    }
+    const int st = sb % kStages;
+    const uint8_t* const ws = smem + st * S::kBytes + S::kW;
+    const uint32_t ws_s = smem_s + st * S::kBytes + S::kW, xs_s = smem_s + st * S::kBytes + S::kX;
+
+    // Header words of this thread's weight rows wm0 + 16 mt + g + 8 h (d and dmin, then the 12
+    // scale bytes), read where used: held for the whole super-block they cost ~24 registers.
+    auto header = [&](int mt, int h) {
+      return reinterpret_cast<const uint32_t*>(ws + (wm0 + 16 * mt + g + 8 * h) * kQ4kBytes);
+    };
+
+    // isum = 16 * sum_j sc_j * dot_j, exact (as in the decode kernel).
+    int isum[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) isum[mt][nt][j] = 0;
+    // The pair loop is not unrolled, and the scale word's choice below is a branch: each keeps
+    // the compiler from hoisting more fragments than fit the registers (with either, it spills).
+#pragma unroll 1
+    for (int i = 0; i < 4; ++i) {  // sub-block pair i: sub-blocks 2i (low nibbles) and 2i + 1 (high)
+      uint32_t b[NT][4];  // per n-tile: sub-block 2i's two B registers, then 2i + 1's
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+        ldsm_x4(b[nt], xs_s + (wn0 + 8 * nt + (lane & 7)) * kXRow + 64 * i + 16 * (lane >> 3));
+      // A fragments: rows g / g + 8, bytes 4c.. / 16 + 4c.. of the pair's 32 bytes. The next
+      // m-tile's is loaded before this one's mmas, so its latency hides behind them.
+      auto load_a = [&](int mt, uint32_t(&q)[4]) {
+        ldsm_x4(q, ws_s + (wm0 + 16 * mt + (lane & 15)) * kQ4kBytes + 16 + 32 * i + 16 * (lane >> 4));
+      };
+      uint32_t q[4], q_next[4];
+      load_a(0, q);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if (mt + 1 < MT) load_a(mt + 1, q_next);
+        const uint32_t a_lo[4] = {q[0] & 0x0F0F0F0Fu, q[1] & 0x0F0F0F0Fu, q[2] & 0x0F0F0F0Fu, q[3] & 0x0F0F0F0Fu};
+        const uint32_t a_hi[4] = {q[0] & 0xF0F0F0F0u, q[1] & 0xF0F0F0F0u, q[2] & 0xF0F0F0F0u, q[3] & 0xF0F0F0F0u};
+        int sc_lo[2], sc_hi[2];  // rows g, g + 8: the scales of sub-blocks 2i, 2i + 1 (as q4k_scales)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t* hw = header(mt, h);
+          const uint32_t sc = i < 2 ? hw[1] & 0x3F3F3F3Fu : (hw[3] & 0x0F0F0F0Fu) | ((hw[1] >> 2) & 0x30303030u);
+          sc_lo[h] = 16 * byte_of(sc, (2 * i) % 4);
+          sc_hi[h] = byte_of(sc, (2 * i + 1) % 4);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          int dl[4], dh[4];
+          imma_16832(dl, a_lo, b[nt][0], b[nt][1]);
+          imma_16832(dh, a_hi, b[nt][2], b[nt][3]);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {  // two multiply-adds (the sum is exact in any order)
+            isum[mt][nt][j] += sc_lo[j / 2] * dl[j];
+            isum[mt][nt][j] += sc_hi[j / 2] * dh[j];
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) q[k] = q_next[k];
+      }
+    }
+
+    // Float part, once per super-block and (row, output). mn: the msum A operand, the mins of
+    // sub-blocks 4c..4c+3 of rows g, g + 8 for c < 2 (as q4k_scales), zeros for the unused k 8..15.
+    float d[MT][2], dmin[MT][2];
+    uint32_t mn[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t* hw = header(mt, h);
+        d[mt][h] = __half2float(__ushort_as_half(static_cast<unsigned short>(hw[0] & 0xFFFF)));
+        dmin[mt][h] = __half2float(__ushort_as_half(static_cast<unsigned short>(hw[0] >> 16)));
+        const uint32_t mn0 = hw[2] & 0x3F3F3F3Fu, mn1 = ((hw[3] >> 4) & 0x0F0F0F0Fu) | ((hw[2] >> 2) & 0x30303030u);
+        mn[mt][h] = c == 0 ? mn0 : c == 1 ? mn1 : 0u;
+      }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int col = wn0 + 8 * nt;
+      const float2 dx = *reinterpret_cast<const float2*>(smem + st * S::kBytes + S::kD + 4 * (col + 2 * c));
+      const uint2 xsum =
+          *reinterpret_cast<const uint2*>(smem + st * S::kBytes + S::kM + (c & 1) * S::kMHalf + 8 * (col + g));
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        int lo[4], hi[4];
+        imma_16816_uu(lo, mn[mt][0], mn[mt][1], xsum.x, kMagic);
+        imma_16816_us(hi, mn[mt][0], mn[mt][1], xsum.y, 0);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float msum = __fsub_rn(__int_as_float(lo[j] + 256 * hi[j]), kMagicF);
+          const float t = q4k_sb_term(j % 2 ? dx.y : dx.x, d[mt][j / 2], dmin[mt][j / 2], isum[mt][nt][j], msum);
+          float& r = run[mt][nt][j];
+          if constexpr (kMulti) {
+            r = __fadd_rn(r, t);
+          } else {  // every super-block is a slot: its sum is 0.0f + t
+            const float s = __fadd_rn(0.0f, t);
+            r = first_slot ? s : __fadd_rn(r, s);
+          }
+        }
+      }
+    }
+    if constexpr (kMulti) {
+      if (--left_in_slot == 0 || sb + 1 == n_sb) {  // slot end: total (+)= slot sum, in slot order
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            float4& tot = tot_s[(mt * NT + nt) * kThreads + tid];
+            float(&r)[4] = run[mt][nt];
+            tot = first_slot ? make_float4(r[0], r[1], r[2], r[3])
+                             : make_float4(__fadd_rn(tot.x, r[0]), __fadd_rn(tot.y, r[1]), __fadd_rn(tot.z, r[2]),
+                                           __fadd_rn(tot.w, r[3]));
+#pragma unroll
+            for (int j = 0; j < 4; ++j) r[j] = 0.0f;
+          }
+        first_slot = false;
+        left_in_slot = per_slot;
+      }
+    } else {
+      first_slot = false;
+    }
+  }
+
+  float* const y = segs.y[seg];
+  const int64_t y_stride = segs.y_stride[seg];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float v[4] = {run[mt][nt][0], run[mt][nt][1], run[mt][nt][2], run[mt][nt][3]};
+      if constexpr (kMulti) {
+        const float4 tot = tot_s[(mt * NT + nt) * kThreads + tid];
+        v[0] = tot.x, v[1] = tot.y, v[2] = tot.z, v[3] = tot.w;
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t o = o0 + wm0 + 16 * mt + g + 8 * (j / 2);
+        const int r = r0 + wn0 + 8 * nt + 2 * c + j % 2;
+        if (o < n_out && r < rows) y[int64_t(r) * y_stride + o] = v[j];
+      }
+    }
+}
+
+template <int MT, int NT, int WM, int WN, bool kMulti>
+void gemm_launch(const Segments& segs, int n_sb, int per_slot, const int8_t* xq, const float* xd, const uint2* xm,
+                 int n_in, int rows, int rows_pad, cudaStream_t s) {
+  constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN;
+  constexpr auto kernel = imma_gemm_kernel<MT, NT, WM, WN, kMulti>;
+  constexpr size_t smem = kStages * size_t(Stage<BM, BN>::kBytes) + (kMulti ? size_t(BM) * BN * sizeof(float) : 0);
+  // Above the default 48 KiB of dynamic shared memory; all of the unified L1 as shared memory, so
+  // that two 128 x 64 blocks fit an SM.
+  static const bool smem_ok = [] {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) == cudaSuccess &&
+           cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                int(cudaSharedmemCarveoutMaxShared)) == cudaSuccess;
+  }();
+  (void)smem_ok;  // a failure shows as the launch error, which the caller checks
+  // The same segments in blocks of BM outputs (for_each_launch planned blocks of 16: fewer here).
+  Segments t = segs;
+  for (int k = 0; k < t.n; ++k) t.first_block[k + 1] = t.first_block[k] + int(ceil_div(t.n_out[k], BM));
+  launch(kernel, dim3(ceil_div(rows, BN), unsigned(t.first_block[t.n])), dim3(WM * WN * kWarp), smem, s, t, n_sb,
+         per_slot, xq, xd, xm, n_in, rows_pad, rows);
+}
+
+template <int MT, int NT, int WM, int WN>
+void gemm_launch(const Segments& segs, int n_sb, const Slots& slots, const int8_t* xq, const float* xd,
+                 const uint2* xm, int n_in, int rows, int rows_pad, cudaStream_t s) {
+  if (slots.per_slot > 1)
+    gemm_launch<MT, NT, WM, WN, true>(segs, n_sb, slots.per_slot, xq, xd, xm, n_in, rows, rows_pad, s);
+  else
+    gemm_launch<MT, NT, WM, WN, false>(segs, n_sb, slots.per_slot, xq, xd, xm, n_in, rows, rows_pad, s);
+}
+
+int sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 132;  // an H100/H200's; only the tile choice depends on it
+  return n;
+}
+
+}  // namespace
+
+// Warps of 64 x 32 outputs (16 mma tiles: each A fragment serves 4 n-tiles, each B fragment 4
+// m-tiles) in two block shapes. 128 x 128, eight warps, one block per SM: 0.013 bytes from L2
+// per multiply-add. A grid of those that fills fewer than 3 waves loses up to a third of its
+// time to the last partial wave; then 128 x 64 blocks of four warps, two per SM, halve that
+// loss for a third more L2 traffic per multiply-add.
+void imma_gemm(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
+               int rows_pad, cudaStream_t s) {
+  const int n_sb = int(n_in / kSb);
+  const Slots slots = slots_of(n_sb);
+  int64_t m_tiles = 0;
+  for (int k = 0; k < segs.n; ++k) m_tiles += (segs.n_out[k] + 127) / 128;
+  const int64_t big_tiles = m_tiles * ((rows + 127) / 128);
+  if (big_tiles >= 3 * int64_t(sm_count()))
+    gemm_launch<4, 4, 2, 4>(segs, n_sb, slots, xq, xd, xm, int(n_in), rows, rows_pad, s);
+  else
+    gemm_launch<4, 4, 2, 2>(segs, n_sb, slots, xq, xd, xm, int(n_in), rows, rows_pad, s);
+}
+
+void imma_quantize(const float* x, int64_t n_in, int rows, void* scratch, cudaStream_t s) {
+  const int rows_pad = (rows + 7) / 8 * 8;
+  const Q8kLayout l = q8k_layout(n_in, rows_pad);
+  auto* base = static_cast<uint8_t*>(scratch);
+  launch(quantize_q8k_k, dim3(unsigned(n_in / kSb), unsigned(rows_pad)), kWarp, 0, s,
+      x, rows, rows_pad, int(n_in), reinterpret_cast<int8_t*>(base + l.q), reinterpret_cast<float*>(base + l.d),
+      reinterpret_cast<uint2*>(base + l.m));
+}
+
+void imma_gemm_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s) {
+  const int rows_pad = (rows + 7) / 8 * 8;
+  const Q8kLayout l = q8k_layout(w.n_in, rows_pad);
+  const auto* base = static_cast<const uint8_t*>(scratch);
+  const Weight* ws[1] = {&w};
+  float* ys[1] = {y};
+  for_each_launch(ws, ys, 1, [&](const Segments& segs) {
+    imma_gemm(segs, w.n_in, reinterpret_cast<const int8_t*>(base + l.q), reinterpret_cast<const float*>(base + l.d),
+              reinterpret_cast<const uint2*>(base + l.m), rows, rows_pad, s);
+  });
+}
+
+}  // namespace df::cuda
