@@ -32,6 +32,8 @@
 #                                     --serve: the server on the demo pair under 8 concurrent
 #                                     clients, --parallel 1 / 4 / 4 with --draft
 #                                     (bench/serve_concurrency.sh; serve.txt in LOG_DIR)
+#                                     --long: with --bench, also prompt tok/s at 4096 and 16384
+#                                     tokens (appended to bench_<type>.txt)
 #                                     --kernels: every CUDA matmul kernel alone on 27B-shaped
 #                                     weights, 1-32 rows (bench/matmul_kernels.cpp; kernels.txt)
 #                                     --budget S: seconds the whole script may take (default
@@ -68,6 +70,7 @@ SPEC=0
 NCU=0
 SERVE=0
 KERNELS=0
+LONG=0
 MODELS=mix-q4_k_m,q8_0
 SHAPE=27b
 BUDGET=470
@@ -81,6 +84,7 @@ while [ $# -gt 0 ]; do
     --ncu) NCU=1 ;;
     --serve) SERVE=1 ;;
     --kernels) KERNELS=1 ;;
+    --long) LONG=1 ;;
     --models) MODELS=$2; shift ;;
     --shape) SHAPE=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
@@ -250,6 +254,15 @@ if [ "$BENCH" = 1 ]; then
         >"$LOG/ncu_$t.txt" 2>&1 || echo "gpu-check: ncu rc=$?"
       echo "gpu-check: ncu $t ($(elapsed))"
     fi
+    if [ "$LONG" = 1 ]; then
+      for p in 4096 16384; do
+        [ "$(left)" -gt 60 ] || { echo "gpu-check: no time left for pp$p" | tee -a "$LOG/bench_$t.txt"; break; }
+        echo "### long prompt: $p tokens" >>"$LOG/bench_$t.txt"
+        timeout $(( $(left) - 30 )) "$BUILD/deltaflash" bench -m "$f" -p "$p" -n 1 -r 1 --device cuda \
+          >>"$LOG/bench_$t.txt" 2>&1 || echo "gpu-check: pp$p rc=$?"
+        echo "gpu-check: pp$p $t ($(elapsed))"
+      done
+    fi
     rm -f "$f"
   done
 fi
@@ -361,6 +374,7 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
       else
         echo "$t: no JSON"; tail -5 "$LOG/bench_$t.txt" 2>/dev/null || true
       fi
+      grep -E "^### long prompt|\| pp(4096|16384) \|" "$LOG/bench_$t.txt" 2>/dev/null || true
     done
   fi
   echo
