@@ -166,6 +166,20 @@ void bench(const BenchArgs& a) {
     for (const auto& p : curve)
       if (p.rows == 16) v16.plain_wall_s = p.ms / 1e3;
     profiles.push_back(std::move(v16));
+    // One prefill chunk (the prompt's first min(-p, -b) tokens, last row's logits): where prompt
+    // processing spends its time. Its own state, sized for the chunk.
+    const int chunk = std::min<int>(a.n_prompt, a.batch);
+    if (chunk > 16) {
+      auto pst = m.model->make_state(1, chunk + 8);
+      const int pseq = pst->create();
+      Batch bp;
+      for (int i = 0; i < chunk; ++i) bp.add(pseq, i, pp_prompt[size_t(i)], i + 1 == chunk);
+      OpProfile pre = profile_forwards(
+          prof, "prefill chunk (" + std::to_string(chunk) + " rows)", 2, [&] { pst->reset(pseq); },
+          [&] { m.model->forward(bp, *pst, out); });
+      if (median(pp) > 0) pre.plain_wall_s = double(chunk) / median(pp);  // the prompt's rate, per chunk
+      profiles.push_back(std::move(pre));
+    }
   }
 
   nlohmann::json draft_rows;
