@@ -1,8 +1,9 @@
 // Each CUDA matmul kernel on the weight shapes of a 27B-shaped decode, verify and prefill step,
-// timed alone: the integer tensor-core kernel (imma_matmul.cu, which sends calls of more than 32
-// rows to the prefill GEMM, imma_gemm.cu; that GEMM also alone, without the activation
-// quantization), the f16 tensor-core one (mma_matmul.cu) and the fp32 CUDA-core one (matvec.cu),
-// wherever each takes the weight. Prints microseconds, weight bytes per second against the
+// timed alone: the integer tensor-core kernels (imma_matmul.cu for Q4_K, which sends calls of
+// more than 32 rows to the prefill GEMM, imma_gemm.cu, that GEMM also alone, without the
+// activation quantization; imma_q6k.cu for Q6_K, every row count), the f16 tensor-core one
+// (mma_matmul.cu) and the fp32 CUDA-core one (matvec.cu), wherever each takes the weight (so
+// Q4_K and Q6_K show the f16 kernel they replace too). Prints microseconds, weight bytes per second against the
 // device's copy bandwidth (the decode measure) and TFLOPS-equivalent, 2 n_in n_out rows / time
 // (the prefill measure), so a kernel change is judged in one call without a model. Weights
 // rotate over copies larger than the L2 cache, as a decode step streams each weight once.
@@ -136,7 +137,8 @@ int main(int argc, char** argv) {
              float* ys[1] = {y};
              df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, s);
            }},
-          {"imma GEMM alone (x quantized before)", df::cuda::imma_supports(w0), df::cuda::kImmaGemmMinRows + 1,
+          {"imma GEMM alone (x quantized before)", t == GgmlType::Q4_K && df::cuda::imma_supports(w0),
+           df::cuda::kImmaGemmMinRows + 1,
            [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
            [&](const Weight& w, int rows) { df::cuda::imma_gemm_quantized(w, y, rows, scratch, s); }},
           {"mma (f16 tensor cores)", df::cuda::mma_supports(w0), 1, nullptr,

@@ -31,6 +31,9 @@
 //                  (0.5/127 + 2^-11) for Q8 formats (half a step, plus the f16 scale), and
 //                  |x_k| 2^-11 + 2^-25 (f16) or |x_k| 2^-8 (bf16); for Q4_1/Q5_1 also the f16
 //                  rounding of the block sum s that multiplies the min. Bounds, not statistics.
+//                  The integer tensor-core kernels (imma_matmul.cu, imma_gemm.cu, imma_q6k.cu:
+//                  Q4_K, and Q6_K rows of an even block count) use the CPU's Q8_K activations:
+//                  vs the CPU, the float summation order alone (see AgainstExactAndCpu).
 //   attention      fp32 softmax and dot products in another order: 2e-5 of max|V| + 2e-5 rel
 //                  (q8_0 too: both sides dequantize the same bytes exactly, q * d in fp32).
 //   conv1d_silu    K products and expf: 1e-6 + 1e-5 relative.
@@ -478,11 +481,16 @@ TEST_P(CudaMatmul, AgainstExactAndCpu) {
                                    // Shapes every fast kernel (matvec.cu) takes, at each row-count class
                                    // (1, 2, 3-4, 5-8, 9-16, > 16) and with output tails (n_out % 16 != 0):
                                    {1024, 129, 1}, {2048, 66, 2}, {3072, 35, 3}, {1024, 17, 8}, {2048, 40, 13},
-                                   {1024, 9, 37}};
+                                   {1024, 9, 37},
+                                   // Even block counts at each integer-kernel n-tile count (Q6_K takes
+                                   // only those), and more than 32 super-blocks (3 a slot: slots
+                                   // starting on odd ones):
+                                   {1536, 45, 9}, {2560, 33, 16}, {1536, 50, 33}, {17408, 20, 3}};
   if (fl) cases.push_back({301, 37, 3}), cases.push_back({1, 5, 2}), cases.push_back({33, 9, 16});
   // Q4_K above 32 rows: the tiled prefill GEMM (imma_gemm.cu), with row tails (33, 100, 257 in
   // 64- or 128-row tiles) and output tails (37, 129, 300 in 128-output tiles); 8448 is 33
-  // super-blocks, two per slot (the kernel's other variant).
+  // super-blocks, two per slot (the kernel's other variant). Q6_K: its own kernel over several
+  // 32-row groups where the block count is even (256, 8448: odd, the f16 kernel).
   if (mv::int8_tensor_core_type(t))
     cases.insert(cases.end(), {{256, 37, 33}, {1024, 300, 64}, {6144, 37, 100}, {2304, 129, 257}, {512, 300, 512},
                                {8448, 37, 70}});
@@ -523,7 +531,7 @@ TEST_P(CudaMatmul, AgainstExactAndCpu) {
         // Types the tensor-core kernel takes (other shapes of them get the fp32 kernels and
         // meet this looser bound all the same).
         if (mv::tensor_core_type(t)) tol = mag * (0x1p-10 + (double(c.n_in) / 16 + 16) * 0x1p-23) + 0x1p-25 * abs_sum + 1e-30;
-        if (mv::int8_tensor_core_type(t)) {
+        if (mv::int8_tensor_core_supports(t, c.n_in, hw.row_bytes, nullptr)) {  // device copies: 256-aligned
           // Q8_K activations, as the CPU's: vs exact, their rounding plus float sums of scaled
           // integer terms (each up to ~4x the |w x| it stands for, so 8 red_tol); vs the CPU,
           // which has the same integers, the float summation order alone.
@@ -561,8 +569,9 @@ TEST_P(CudaMatmul, EmbedIsExact) {
 TEST_P(CudaMatmul, RowsAreBatchInvariant) {
   const GgmlType t = GetParam();
   const bool fl = type_traits(t).block_size == 1;
-  // 1024: fast kernels where the type has one; 8192: the tensor-core kernel's 16-warp K split.
-  for (int64_t n_in : {int64_t(1024), int64_t(768), int64_t(8192)}) {
+  // 1024: fast kernels where the type has one; 8192: the tensor-core kernel's 16-warp K split;
+  // 17408: the integer kernels' slots of 3 super-blocks.
+  for (int64_t n_in : {int64_t(1024), int64_t(768), int64_t(8192), int64_t(17408)}) {
     if (fl && n_in % 1024 != 0) continue;
     const int64_t n_out = 45;
     const int rows = 40;
@@ -593,17 +602,19 @@ TEST_P(CudaMatmul, RowsAreBatchInvariant) {
 }
 
 // Projections that share an input (matmul_shared_input: one quantization of x and shared
-// launches for the Q4_K ones) give each output bit for bit what its own matmul gives, with
-// weights of other types and another n_in mixed in, more weights than one launch takes, and
-// row counts of every kernel shape.
+// launches for each group of Q4_K or Q6_K ones of one n_in) give each output bit for bit what
+// its own matmul gives, with the two types, other n_in and a weight off the integer kernels
+// (Q6_K with an odd block count) mixed in, more weights than one launch takes, and row counts
+// of every kernel shape.
 TEST_F(CudaOps, SharedInputMatmulEqualsSeparateProducts) {
   struct Spec {
     GgmlType t;
     int64_t n_in, n_out;
   };
   const std::vector<Spec> specs = {{GgmlType::Q4_K, 1024, 45}, {GgmlType::Q4_K, 1024, 130}, {GgmlType::Q6_K, 1024, 37},
-                                   {GgmlType::Q4_K, 1024, 16}, {GgmlType::Q4_K, 2048, 20}, {GgmlType::Q4_K, 1024, 3},
-                                   {GgmlType::Q4_K, 1024, 7}};
+                                   {GgmlType::Q4_K, 1024, 16}, {GgmlType::Q4_K, 2048, 20}, {GgmlType::Q6_K, 1024, 50},
+                                   {GgmlType::Q4_K, 1024, 3},  {GgmlType::Q6_K, 2048, 9},  {GgmlType::Q4_K, 1024, 7},
+                                   {GgmlType::Q6_K, 768, 10},  {GgmlType::Q6_K, 1024, 5}};
   std::vector<HostWeight> hws;
   std::vector<Weight> ws;
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -611,7 +622,7 @@ TEST_F(CudaOps, SharedInputMatmulEqualsSeparateProducts) {
     const HostWeight& hw = hws.back();
     ws.push_back(Weight{hw.type, hw.n_in, hw.n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes});
   }
-  for (int rows : {1, 5, 17, 40, 100, 300}) {  // 40, 100, 300: the Q4_K prefill GEMM
+  for (int rows : {1, 3, 5, 9, 16, 17, 40, 100, 300}) {  // 40, 100, 300: the Q4_K prefill GEMM
     const std::vector<float> x = make_activations(rows, 2048, 77 + uint64_t(rows));
     float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
     gpu().upload(xd, x.data(), x.size() * sizeof(float));
@@ -689,7 +700,7 @@ TEST_F(CudaOps, Q4kGemmRowsEqualDecodeRows) {
 // when computed alone, which RowsAreBatchInvariant covers).
 TEST_F(CudaOps, F16KernelKeepsLargeRowsFinite) {
   const int64_t n_in = 1024, n_out = 40;
-  for (GgmlType t : {GgmlType::F16, GgmlType::Q6_K, GgmlType::Q8_0}) {
+  for (GgmlType t : {GgmlType::F16, GgmlType::Q5_K, GgmlType::Q8_0}) {  // (Q6_K takes the integer kernel)
     const HostWeight hw = make_weight(t, n_in, n_out, 6060 + uint64_t(t));
     Rng rng(61 + uint64_t(t));
     const std::vector<double> row_scale = {1.0, 3e4, 1e5, 1e9};
@@ -1195,12 +1206,13 @@ TEST_P(CudaModel, LogitsAndGreedyMatchCpu) {
   // L2 error of 4e-2-8e-2). Measured on an H200: max 1.8e-2, relative L2 1e-3. Bounds: 5e-2 and
   // 5e-3, with the greedy check below unchanged.
   const bool tensor_cores = std::string(mc.type) != "f32" && std::string(mc.type) != "bf16";
-  // Q4_K matrices (q4_k, and most of mix-q4_k_m) take 8-bit Q8_K activations on both sides
-  // (imma_matmul.cu; the reference uses the plain CPU product for them). Same inputs give the
-  // same integers, but an input one ulp apart can round to the next 8-bit step, a jump of 1/127
-  // of its 256-block's largest value (f16: 2^-11 of the element), which these models amplify as
-  // above. Measured on an H200: max 0.34, relative L2 1.7e-2 (the plain CPU's own 8-bit
-  // activations vs f32: 4e-2-8e-2). Bounds: 0.6 and 5e-2; greedy as below.
+  // Q4_K and Q6_K matrices (q4_k, and most of mix-q4_k_m) take 8-bit Q8_K activations on both
+  // sides (imma_matmul.cu, imma_q6k.cu; the reference uses the plain CPU product for them).
+  // Same inputs give the same integers, but an input one ulp apart can round to the next 8-bit
+  // step, a jump of 1/127 of its 256-block's largest value (f16: 2^-11 of the element), which
+  // these models amplify as above. Measured on an H200 with Q4_K alone on the integer path:
+  // max 0.34, relative L2 1.7e-2 (the plain CPU's own 8-bit activations vs f32: 4e-2-8e-2).
+  // Bounds: 0.6 and 5e-2; greedy as below.
   const bool q8k = std::string(mc.type) == "q4_k" || std::string(mc.type) == "mix-q4_k_m";
   const double mx_bound = q8k ? 0.6 : tensor_cores ? 5e-2 : 2e-3;
   EXPECT_LT(mx_32, mx_bound) << tag << ": prompt logits vs the f32 CPU, f32 KV cache";

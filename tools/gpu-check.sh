@@ -350,7 +350,7 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
   for f in "$LOG"/ncu_*.txt; do
     [ -s "$f" ] || continue
     echo; echo "=== $(basename "$f") ==="
-    grep -E "mma_kernel|imma_q4k|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Registers Per Thread|Grid Size|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Issued Warp|Stall|stalled|Eligible" "$f" | head -80 || true
+    grep -E "mma_kernel|imma_q4k|imma_q6k|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Registers Per Thread|Grid Size|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Issued Warp|Stall|stalled|Eligible" "$f" | head -80 || true
   done
   if [ "$BENCH" = 1 ]; then
     echo

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 
 #include "backend/cuda/cuda_graphs.h"
 #include "backend/cuda/kernels.h"
@@ -187,7 +188,7 @@ void CudaBackend::ensure_scratch(void*& buf, size_t& cap, size_t bytes, const ch
 void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
   if (rows <= 0 || w.n_out <= 0) return;
   enter();
-  if (cuda::imma_supports(w)) {  // integer tensor cores (imma_matmul.cu), for every row count
+  if (cuda::imma_supports(w)) {  // integer tensor cores (imma_matmul.cu, imma_q6k.cu), for every row count
     const Weight* ws[1] = {&w};
     float* ys[1] = {y};
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::imma_scratch_bytes(w, rows), "matmul");
@@ -217,28 +218,33 @@ void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
   check_launch("matmul");
 }
 
-// The Q4_K products among them (same n_in) share one quantization of x and their launches; the
-// rest go one by one. Each output is what matmul() gives (same kernel, same split).
+// The integer tensor-core products among them (Q4_K, Q6_K) go in groups of one type and n_in
+// (one kernel per launch), each sharing one quantization of x and its launches; the rest go one
+// by one. Each output is what matmul() gives (same kernel, same split).
 void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) {
   if (rows <= 0) return;
-  constexpr int kMaxGroup = 8;
-  const Weight* grp[kMaxGroup];
-  float* grp_y[kMaxGroup];
-  int m = 0;
+  constexpr int kMaxGroup = 8, kMaxGrouped = 32;
+  uint32_t left = 0;  // products still to group (bit i: ws[i]); beyond the first 32, one by one
   for (int i = 0; i < n; ++i) {
-    const Weight& w = *ws[i];
-    if (m < kMaxGroup && w.n_out > 0 && cuda::imma_supports(w) && (m == 0 || w.n_in == grp[0]->n_in)) {
-      grp[m] = &w;
-      grp_y[m++] = ys[i];
-    } else {
-      matmul(w, x, rows, ys[i]);
-    }
+    if (i < kMaxGrouped && ws[i]->n_out > 0 && cuda::imma_supports(*ws[i])) left |= uint32_t(1) << i;
+    else matmul(*ws[i], x, rows, ys[i]);
   }
-  if (m == 0) return;
-  enter();
-  ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::imma_scratch_bytes(*grp[0], rows), "matmul");
-  cuda::imma_matmul_group(grp, grp_y, m, x, rows, mma_scratch_, as_stream(stream_));
-  check_launch("matmul");
+  while (left != 0) {
+    const Weight& lead = *ws[std::countr_zero(left)];
+    const Weight* grp[kMaxGroup];
+    float* grp_y[kMaxGroup];
+    int m = 0;
+    for (int i = std::countr_zero(left); i < kMaxGrouped && m < kMaxGroup; ++i) {
+      if (!(left >> i & 1) || ws[i]->type != lead.type || ws[i]->n_in != lead.n_in) continue;
+      grp[m] = ws[i];
+      grp_y[m++] = ys[i];
+      left &= ~(uint32_t(1) << i);
+    }
+    enter();
+    ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::imma_scratch_bytes(lead, rows), "matmul");
+    cuda::imma_matmul_group(grp, grp_y, m, x, rows, mma_scratch_, as_stream(stream_));
+    check_launch("matmul");
+  }
 }
 
 void CudaBackend::embed(const Weight& table, const int32_t* tokens, int rows, float* out) {

@@ -1,8 +1,9 @@
-// What the Q4_K integer tensor-core kernels share: imma_matmul.cu (every row count, the decode
-// path) and imma_gemm.cu (the tiled prefill path for many rows). Both read the same Q8_K
-// activations (quantize_q8k_k, q8k_layout), plan launches the same way (Segments,
-// for_each_launch) and split each row's super-blocks into the same slots (slots_of), so a row's
-// result is the same bits whichever kernel computes it (see imma_matmul.cu's header comment).
+// What the integer tensor-core kernels share: for Q4_K, imma_matmul.cu (every row count, the
+// decode path) and imma_gemm.cu (the tiled prefill path for many rows); for Q6_K, imma_q6k.cu.
+// All read the CPU's Q8_K activations (q8k_quantize_lane; Q4_K: quantize_q8k_k, q8k_layout),
+// plan launches the same way (Segments, for_each_launch) and split each row's super-blocks into
+// the same slots (slots_of), so a Q4_K row's result is the same bits whichever kernel computes
+// it (see imma_matmul.cu's header comment).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,7 +13,7 @@
 
 namespace df::cuda {
 
-constexpr int kSb = 256;          // elements per super-block (Q4_K and Q8_K)
+constexpr int kSb = 256;          // elements per super-block (Q4_K, Q6_K and Q8_K)
 constexpr int kQ4kBytes = 144;    // bytes per Q4_K super-block: d, dmin, 12 scale bytes, 128 quant bytes
 constexpr int kMaxSlots = 32;     // partial sums per output kept for the in-order final sum
 
@@ -34,9 +35,12 @@ struct Segments {
   int n;
 };
 
-// Where the quantized activations live inside the scratch buffer.
+// Where the quantized activations live inside the scratch buffer. q, d and m are Q4_K's format
+// (imma_matmul.cu's header comment); Q6_K's (imma_q6k.cu) uses q and d, with its values in
+// another order, and s for its per-16 sums. Room for both, so the scratch size does not depend
+// on the weight type.
 struct Q8kLayout {
-  size_t q, d, m, bytes;  // byte offsets of the int8 values, the scales, the packed sums; total
+  size_t q, d, m, s, bytes;  // byte offsets of the int8 values, the scales, the packed sums, the per-16 sums; total
 };
 
 inline Q8kLayout q8k_layout(int64_t n_in, int rows_pad) {
@@ -46,23 +50,19 @@ inline Q8kLayout q8k_layout(int64_t n_in, int rows_pad) {
   l.q = 0;
   l.d = align(size_t(rows_pad) * size_t(n_in));
   l.m = align(l.d + n_sb * size_t(rows_pad) * sizeof(float));
-  l.bytes = align(l.m + 2 * n_sb * size_t(rows_pad) * sizeof(uint2));
+  l.s = align(l.m + 2 * n_sb * size_t(rows_pad) * sizeof(uint2));
+  l.bytes = align(l.s + 4 * n_sb * size_t(rows_pad) * sizeof(uint2));
   return l;
 }
 
-// Each file that includes this header gets its own copy (only imma_matmul.cu launches it).
-namespace {
-
-// One warp per (super-block b, row r): Q8_K of x[r][256b .. 256b + 255] as the CPU computes it
-// (quantize_q8_k): the first element of largest magnitude sets iscale = -127 / max; q =
+// One warp per (super-block b, row r) quantizes x[r][256b .. 256b + 255] to Q8_K as the CPU
+// does (quantize_q8_k): the first element of largest magnitude sets iscale = -127 / max; q =
 // round-to-even(fma(x, iscale, 1.5 * 2^23)) capped at 127; d = 1 / iscale. Rows past `rows`
-// (padding up to rows_pad) and all-zero blocks are zeros with d = 0.
-__global__ void __launch_bounds__(kWarp)
-    quantize_q8k_k(const float* __restrict__ x, int rows, int rows_pad, int n_in, int8_t* __restrict__ xq,
-                   float* __restrict__ xd, uint2* __restrict__ xm) {
-  pdl_wait();
-  pdl_trigger();
-  const int b = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
+// (padding up to rows_pad) and all-zero blocks are zeros with d = 0. This lane's eight values
+// (elements 8 lane .. 8 lane + 7 of the block) go to q; returns d. Each format's quantizer
+// (quantize_q8k_k below, imma_q6k.cu's) stores them its own way.
+__device__ __forceinline__ float q8k_quantize_lane(const float* __restrict__ x, int rows, int n_in, int b, int r,
+                                                   int lane, int (&q)[8]) {
   const int64_t e = int64_t(b) * kSb + 8 * lane;
   float v[8];
 #pragma unroll
@@ -76,7 +76,6 @@ __global__ void __launch_bounds__(kWarp)
 #pragma unroll
   for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
   amax = warp_max(amax);
-  int q[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) q[j] = 0;
   float d = 0.0f;
@@ -97,9 +96,32 @@ __global__ void __launch_bounds__(kWarp)
     }
     d = 1.0f / iscale;
   }
+  return d;
+}
+
+// The eight values of q8k_quantize_lane as two words, element order = byte order.
+__device__ __forceinline__ uint2 q8k_pack(const int (&q)[8]) {
   uint2 packed;
   packed.x = uint32_t(q[0] & 0xFF) | uint32_t(q[1] & 0xFF) << 8 | uint32_t(q[2] & 0xFF) << 16 | uint32_t(q[3]) << 24;
   packed.y = uint32_t(q[4] & 0xFF) | uint32_t(q[5] & 0xFF) << 8 | uint32_t(q[6] & 0xFF) << 16 | uint32_t(q[7]) << 24;
+  return packed;
+}
+
+// Each file that includes this header gets its own copy (imma_matmul.cu and imma_gemm.cu launch it).
+namespace {
+
+// Q8_K in Q4_K's format, one warp per (super-block b, row r): the values row-major, and each
+// half super-block's four sub-block sums as byte planes.
+__global__ void __launch_bounds__(kWarp)
+    quantize_q8k_k(const float* __restrict__ x, int rows, int rows_pad, int n_in, int8_t* __restrict__ xq,
+                   float* __restrict__ xd, uint2* __restrict__ xm) {
+  pdl_wait();
+  pdl_trigger();
+  const int b = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
+  const int64_t e = int64_t(b) * kSb + 8 * lane;
+  int q[8];
+  const float d = q8k_quantize_lane(x, rows, n_in, b, r, lane, q);
+  const uint2 packed = q8k_pack(q);
   *reinterpret_cast<uint2*>(xq + int64_t(r) * n_in + e) = packed;
   // Sub-block sums (4 lanes a sub-block), then each half super-block's four as byte planes.
   int s = 0;
@@ -133,6 +155,26 @@ __device__ __forceinline__ void imma_16832(int (&d)[4], const uint32_t (&a)[4], 
       "{%0,%1,%2,%3};\n"
       : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d += a * b for one m16n8k16 tile of 8-bit operands (lane (g, c): a0, a1 = rows g, g + 8 and
+// b = column g, each at k = 4c..4c+3), signed or unsigned as the flags say.
+template <bool kAUnsigned, bool kBUnsigned>
+__device__ __forceinline__ void imma_16816(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
+  if constexpr (kAUnsigned && !kBUnsigned) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b));
+  } else if constexpr (!kAUnsigned && kBUnsigned) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b));
+  } else {
+    static_assert(!kAUnsigned && !kBUnsigned, "u8 x u8 is not used");
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b));
+  }
 }
 
 // Four-byte dot products with accumulation: unsigned x unsigned, unsigned x signed.
@@ -210,5 +252,10 @@ void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launc
   }
   if (cur.n > 0) launch(cur);
 }
+
+// imma_q6k.cu: imma_matmul_group for Q6_K weights (imma_matmul.cu dispatches to it), every row
+// count; a Q6_K row's result does not depend on the batch either (the same slots).
+void imma_q6k_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
+                    cudaStream_t s);
 
 }  // namespace df::cuda

@@ -1,7 +1,7 @@
 // The integer tensor-core matmul for Q4_K weights: y[r][o] = sum_k W[o][k] x[r][k], every row
 // count, with the activations in the CPU's Q8_K format (8-bit, one scale per 256). Calls of
 // more than kImmaGemmMinRows rows go to the tiled prefill kernel (imma_gemm.cu), which gives each
-// row the same bits as this one.
+// row the same bits as this one. imma_matmul_group sends Q6_K weights to imma_q6k.cu.
 //
 // Why. A decode step is bound by how fast the weights stream in, and the f16 tensor-core kernel
 // (mma_matmul.cu) spends ~3 instructions per weight element turning nibbles into f16, so it
@@ -249,6 +249,7 @@ size_t imma_scratch_bytes(const Weight& w, int rows) { return q8k_layout(w.n_in,
 void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                        cudaStream_t s) {
   if (n <= 0) return;
+  if (ws[0]->type == GgmlType::Q6_K) return imma_q6k_group(ws, ys, n, x, rows, scratch, s);
   const int64_t n_in = ws[0]->n_in;
   const int rows_pad = (rows + 7) / 8 * 8;
   const Q8kLayout l = q8k_layout(n_in, rows_pad);
