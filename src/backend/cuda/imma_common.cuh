@@ -35,6 +35,25 @@ struct Segments {
   int n;
 };
 
+// What block blockIdx.y of a launch computes: its segment's weight and output, and the first
+// output of the block (blocks of out_per_block outputs, first_block[i] <= y < first_block[i+1]).
+struct BlockSegment {
+  const uint8_t* w;
+  size_t row_bytes;
+  int64_t n_out;
+  float* y;
+  int64_t y_stride;
+  int64_t o0;
+};
+__device__ __forceinline__ BlockSegment block_segment(const Segments& segs, int out_per_block) {
+  int seg = 0;
+#pragma unroll
+  for (int i = 1; i < kMaxSegments; ++i)
+    if (i < segs.n && int(blockIdx.y) >= segs.first_block[i]) seg = i;
+  return {segs.w[seg], segs.row_bytes[seg], segs.n_out[seg], segs.y[seg], segs.y_stride[seg],
+          int64_t(int(blockIdx.y) - segs.first_block[seg]) * out_per_block};
+}
+
 // Where the quantized activations live inside the scratch buffer. q, d and m are Q4_K's format
 // (imma_matmul.cu's header comment); Q6_K's (imma_q6k.cu) uses q and d, with its values in
 // another order, and s for its per-16 sums. Room for both, so the scratch size does not depend

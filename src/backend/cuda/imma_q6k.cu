@@ -148,16 +148,13 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
   const int g = lane / 4, c = lane % 4;
-  int seg = 0;
-#pragma unroll
-  for (int i = 1; i < kMaxSegments; ++i)
-    if (i < segs.n && int(blockIdx.y) >= segs.first_block[i]) seg = i;
-  const uint8_t* const w = segs.w[seg];
-  const size_t row_bytes = segs.row_bytes[seg];
-  const int64_t n_out = segs.n_out[seg];
-  float* const y = segs.y[seg];
-  const int64_t y_stride = segs.y_stride[seg];
-  const int64_t o0 = int64_t(int(blockIdx.y) - segs.first_block[seg]) * 16;
+  const BlockSegment bs = block_segment(segs, 16);
+  const uint8_t* const w = bs.w;
+  const size_t row_bytes = bs.row_bytes;
+  const int64_t n_out = bs.n_out;
+  float* const y = bs.y;
+  const int64_t y_stride = bs.y_stride;
+  const int64_t o0 = bs.o0;
   const int r0 = int(blockIdx.x) * kRowsPerGroup;
   const int nt_live = min(NT, (rows_pad - r0) / 8);  // n-tiles with rows (uniform)
 
