@@ -125,8 +125,11 @@ TEST_P(SamplerDistribution, MatchesReferenceAndSamplesFromIt) {
   const int draws = 20000;
   std::vector<int> count(size_t(n), 0);
   for (int i = 0; i < draws; ++i) count[size_t(s.sample(logits))]++;
-  for (int i = 0; i < n; ++i)
-    if (ref[size_t(i)] == 0) EXPECT_EQ(count[size_t(i)], 0) << "token " << i << " is outside the kept set";
+  for (int i = 0; i < n; ++i) {
+    if (ref[size_t(i)] == 0) {
+      EXPECT_EQ(count[size_t(i)], 0) << "token " << i << " is outside the kept set";
+    }
+  }
   double chi2 = 0, small_exp = 0, small_obs = 0;
   int dof = -1;
   for (int i = 0; i < n; ++i) {
