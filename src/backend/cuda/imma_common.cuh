@@ -126,6 +126,18 @@ __device__ __forceinline__ uint2 q8k_pack(const int (&q)[8]) {
   return packed;
 }
 
+// Four small integer sums (|sum| < 2^15) as two dp4a operands: byte i of .x is the unsigned low
+// byte of sums[i], byte i of .y its signed high byte, so sum = 256 * high + low.
+__device__ __forceinline__ uint2 sum_byte_planes(const int (&sums)[4]) {
+  uint32_t lo = 0, hi = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    lo |= uint32_t(sums[i] & 0xFF) << (8 * i);
+    hi |= uint32_t((sums[i] >> 8) & 0xFF) << (8 * i);
+  }
+  return make_uint2(lo, hi);
+}
+
 // Each file that includes this header gets its own copy (imma_matmul.cu and imma_gemm.cu launch it).
 namespace {
 
@@ -152,15 +164,7 @@ __global__ void __launch_bounds__(kWarp)
   int c[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) c[j] = __shfl_sync(0xffffffffu, s, base + 4 * j);
-  if ((lane & 15) == 0) {
-    uint32_t lo = 0, hi = 0;  // sum = 256 * (signed high byte) + (unsigned low byte)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      lo |= uint32_t(c[j] & 0xFF) << (8 * j);
-      hi |= uint32_t((c[j] >> 8) & 0xFF) << (8 * j);
-    }
-    xm[(size_t(b) * 2 + lane / 16) * rows_pad + r] = make_uint2(lo, hi);
-  }
+  if ((lane & 15) == 0) xm[(size_t(b) * 2 + lane / 16) * rows_pad + r] = sum_byte_planes(c);
   if (lane == 0) xd[size_t(b) * rows_pad + r] = d;
 }
 

@@ -108,15 +108,10 @@ __global__ void __launch_bounds__(kWarp)
   }
   // Per-16 sums; lane c < 4 writes the low and high byte planes of slots 4c..4c+3.
   s += __shfl_xor_sync(0xffffffffu, s, 1);
-  uint32_t lo = 0, hi = 0;  // sum = 256 * (signed high byte) + (unsigned low byte)
+  int t[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int grp = q6k_elem(b, 4 * (lane % 4) + i);
-    const int t = __shfl_sync(0xffffffffu, s, 2 * grp);
-    lo |= uint32_t(t & 0xFF) << (8 * i);
-    hi |= uint32_t((t >> 8) & 0xFF) << (8 * i);
-  }
-  if (lane < 4) xs[(size_t(b) * rows_pad + r) * 4 + lane] = make_uint2(lo, hi);
+  for (int i = 0; i < 4; ++i) t[i] = __shfl_sync(0xffffffffu, s, 2 * q6k_elem(b, 4 * (lane % 4) + i));
+  if (lane < 4) xs[(size_t(b) * rows_pad + r) * 4 + lane] = sum_byte_planes(t);
   if (lane == 0) xd[size_t(b) * rows_pad + r] = d;
 }
 
