@@ -2,9 +2,13 @@
 # Speculative decoding on the demo pair: plain vs --draft decode tok/s and tau (mean committed
 # tokens per draft step) on held-out code prompts (bench/prompts/code.txt, raw completion) and
 # chat prompts (bench/prompts/chat.txt, --chat), greedy and temperature 0.7, in one run.
-# Usage: bench/spec_demo.sh [TARGET.gguf DRAFT.gguf] [--max-prompts N] [--bin PATH]
+# Usage: bench/spec_demo.sh [TARGET.gguf DRAFT.gguf] [--max-prompts N] [--bin PATH] [-n N]
+#                           [--code-prompts FILE] [--sets "code chat"]
 #                           [extra run flags, e.g. --device cuda]
-# --bin: the deltaflash binary (default build/deltaflash).
+# --bin: the deltaflash binary (default build/deltaflash). -n: tokens generated per prompt
+# (default 128). --code-prompts: the code prompt file (default bench/prompts/code.txt; e.g. the
+# output of bench/heldout_code_prompts.py, the drafter's own held-out distribution). --sets:
+# which prompt sets to run (default both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=build/deltaflash
@@ -12,18 +16,24 @@ TARGET=${1:-models/demo/qwen35-demo-target-q8_0.gguf}
 DRAFT=${2:-models/demo/qwen35-demo-drafter-q8_0.gguf}
 shift $(( $# >= 2 ? 2 : $# ))
 MAX_PROMPTS=1000
+N=128
+CODE_PROMPTS=bench/prompts/code.txt
+SETS="code chat"
 while [ $# -gt 0 ]; do
   case "$1" in
     --max-prompts) MAX_PROMPTS=$2; shift 2 ;;
     --bin) BIN=$2; shift 2 ;;
+    -n) N=$2; shift 2 ;;
+    --code-prompts) CODE_PROMPTS=$2; shift 2 ;;
+    --sets) SETS=$2; shift 2 ;;
     *) break ;;
   esac
 done
-N=128
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-for set in code chat; do
+for set in $SETS; do
   chat_flag=""; [ "$set" = chat ] && chat_flag="--chat"
+  file=bench/prompts/$set.txt; [ "$set" = code ] && file=$CODE_PROMPTS
   while IFS= read -r prompt; do
     p=$(printf '%b' "$prompt")
     for temp in 0 0.7; do
@@ -34,7 +44,7 @@ for set in code chat; do
         echo "$set $temp $mode $stats" >>"$out"
       done
     done
-  done < <(head -n "$MAX_PROMPTS" "bench/prompts/$set.txt")
+  done < <(head -n "$MAX_PROMPTS" "$file")
 done
 python3 - "$out" <<'PY'
 import json, statistics, sys

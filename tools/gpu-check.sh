@@ -23,8 +23,9 @@
 #                                     step times, projected speedups), and bench/spec_demo.sh on
 #                                     the demo pair (spec_27b.txt, spec_demo.txt in LOG_DIR),
 #                                     plus the demo target's plain decode with --cuda-graphs off
-#                                     and on (spec_graphs_off/on.txt) and the demo pair again
-#                                     with graphs off (demo_spec_graphs_off.txt, if time is left)
+#                                     and on (spec_graphs_off/on.txt) and the demo pair on
+#                                     held-out code prompts, 256 tokens each
+#                                     (bench/heldout_code_prompts.py; spec_heldout.txt, if time is left)
 #                                     --ncu: with --bench, also profile six tensor-core matmul
 #                                     kernels of a decode step with Nsight Compute (speed of
 #                                     light, occupancy, warp stall reasons; ncu_<type>.txt in
@@ -281,11 +282,12 @@ if [ "$SPEC" = 1 ]; then
   timeout $(( $(left) > 45 ? $(left) - 15 : 30 )) bench/spec_demo.sh models/demo/qwen35-demo-target-q8_0.gguf \
     models/demo/qwen35-demo-drafter-q8_0.gguf --max-prompts 5 --bin "$BUILD/deltaflash" --device cuda >"$LOG/spec_demo.txt" 2>&1 || spec_rc=$?
   echo "gpu-check: demo-pair speculation rc=$spec_rc ($(elapsed))"
-  if [ "$(left)" -gt 90 ]; then
-    timeout $(( $(left) - 15 )) bench/spec_demo.sh models/demo/qwen35-demo-target-q8_0.gguf \
-      models/demo/qwen35-demo-drafter-q8_0.gguf --max-prompts 5 --bin "$BUILD/deltaflash" --device cuda \
-      --cuda-graphs off >"$LOG/demo_spec_graphs_off.txt" 2>&1 || spec_rc=$?
-    echo "gpu-check: demo-pair speculation without CUDA graphs rc=$spec_rc ($(elapsed))"
+  if [ "$(left)" -gt 90 ]; then  # the drafter's own held-out distribution, longer continuations
+    python3 bench/heldout_code_prompts.py --max 8 >"$LOG/heldout_prompts.txt" 2>>"$LOG/spec_heldout.txt" &&
+      timeout $(( $(left) - 15 )) bench/spec_demo.sh models/demo/qwen35-demo-target-q8_0.gguf \
+        models/demo/qwen35-demo-drafter-q8_0.gguf --sets code --code-prompts "$LOG/heldout_prompts.txt" -n 256 \
+        --bin "$BUILD/deltaflash" --device cuda >>"$LOG/spec_heldout.txt" 2>&1 || spec_rc=$?
+    echo "gpu-check: demo-pair speculation on held-out code rc=$spec_rc ($(elapsed))"
   fi
   if [ "$(left)" -gt 150 ]; then
     mkdir -p "$MODEL_DIR"
@@ -394,8 +396,8 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
   if [ "$SPEC" = 1 ]; then
     echo; echo "=== speculation: 27B-shaped pair ==="; grep -A4 "^| block" "$LOG/spec_27b.txt" || tail -5 "$LOG/spec_27b.txt"
     echo; echo "=== speculation: demo pair ==="; tail -6 "$LOG/spec_demo.txt"
-    if [ -f "$LOG/demo_spec_graphs_off.txt" ]; then
-      echo; echo "=== speculation: demo pair, --cuda-graphs off ==="; tail -6 "$LOG/demo_spec_graphs_off.txt"
+    if [ -f "$LOG/spec_heldout.txt" ]; then
+      echo; echo "=== speculation: demo pair, held-out code prompts, 256 tokens ==="; tail -4 "$LOG/spec_heldout.txt"
     fi
     for g in off on; do
       echo; echo "=== demo target plain decode, --cuda-graphs $g ==="; grep -E '^\|' "$LOG/spec_graphs_$g.txt" | head -12 || tail -5 "$LOG/spec_graphs_$g.txt"
@@ -414,7 +416,7 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
 # speculation tables), pack the rest (JSON, graphs on/off runs, build logs) into other_logs.tgz.
 (
   cd "$LOG"
-  ls | grep -v -E '^(summary\.txt|test_cuda_ops\.log|bench_.*\.txt|spec_(27b|demo)\.txt|serve\.txt|kernels\.txt)$' >/tmp/gpu-check-pack.txt || true
+  ls | grep -v -E '^(summary\.txt|test_cuda_ops\.log|bench_.*\.txt|spec_(27b|demo|heldout)\.txt|serve\.txt|kernels\.txt)$' >/tmp/gpu-check-pack.txt || true
   if [ -s /tmp/gpu-check-pack.txt ]; then tar czf other_logs.tgz -T /tmp/gpu-check-pack.txt && xargs rm -f </tmp/gpu-check-pack.txt; fi
 )
 [ "$cuda_rc" -eq 0 ] && [ "$cpu_rc" -eq 0 ] && [ "$all_rc" -eq 0 ] && { [ "$mem_rc" = 0 ] || [ "$mem_rc" = skipped ]; } &&
