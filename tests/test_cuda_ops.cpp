@@ -947,6 +947,81 @@ TEST_F(CudaOps, KvStoreAndAttention) {
   }
 }
 
+// Decode and verify rows (at most kSplitMaxRows) take the split kernel (attention_decode.cu):
+// chunks of 256 positions, merged in order. Long contexts against the CPU with positions at and
+// around chunk edges; a row's bits alone vs among other rows and with a table padded by -1
+// entries (as CUDA graphs pad it); a missing block in a late chunk gives NaN for the rows that
+// need it and leaves the others' bits alone.
+TEST_F(CudaOps, SplitAttentionLongContext) {
+  Rng rng(18);
+  for (GgmlType type : {GgmlType::F16, GgmlType::Q8_0}) {
+    const int D = 128, H = 12, Hkv = 2, bt = 64, n_ctx = 1400, n_tab = (n_ctx + bt - 1) / bt;
+    const size_t ts = size_t(Hkv) * D;
+    const int pool_blocks = n_tab + 4;
+    const size_t pool_bytes = size_t(pool_blocks) * bt * row_size(type, int64_t(ts));
+    void* kp[2];
+    void* vp[2];
+    for (int s = 0; s < 2; ++s) kp[s] = be_[s]->alloc(pool_bytes), vp[s] = be_[s]->alloc(pool_bytes);
+    std::vector<int32_t> tab(pool_blocks);
+    std::iota(tab.begin(), tab.end(), 0);
+    std::shuffle(tab.begin(), tab.end(), rng.g);
+    tab.resize(size_t(n_tab));
+    const SeqKv seq{tab.data(), n_tab};
+    auto view = [&](int s) { return KvLayerView{kp[s], vp[s], bt, Hkv, D, type}; };
+    {
+      std::vector<int32_t> pos(n_ctx);
+      std::iota(pos.begin(), pos.end(), 0);
+      Twin<float> k(be(), rng.normals(size_t(n_ctx) * ts)), v(be(), rng.normals(size_t(n_ctx) * ts));
+      Twin<int32_t> p(be(), pos);
+      both([&](Backend& b, int s) { b.kv_store(view(s), seq, k[s], v[s], p[s], n_ctx); });
+    }
+    const std::string tag = std::string("split attention ") + type_name(type);
+    const size_t qrs = size_t(H) * D, out_row = size_t(H) * D;
+    const std::vector<int32_t> pos = {255, 256, 257, 511, 512, 1399, 0, 1000, 767, 1280, 3, 1100};
+    const int n = int(pos.size());
+    const std::vector<float> qh = rng.normals(size_t(n) * qrs);
+    Twin<float> q(be(), qh), out(be(), std::vector<float>(size_t(n) * out_row, kPoison));
+    Twin<int32_t> p(be(), pos);
+    both([&](Backend& b, int s) { b.attention(q[s], qrs, size_t(D), n, p[s], H, view(s), seq, 0.088f, out[s]); });
+    Check(tag + " vs cpu").all(out.get(1), out.get(0), 2e-5, 2e-5 * 4.5);
+    const std::vector<float> all = out.get(1);
+    // Row 5 (position 1399, six chunks) alone, and with the table padded to twice its length.
+    std::vector<int32_t> padded = tab;
+    padded.resize(2 * tab.size(), -1);
+    float* q1 = static_cast<float*>(gpu().alloc(qrs * sizeof(float)));
+    float* o1 = static_cast<float*>(gpu().alloc(out_row * sizeof(float)));
+    int32_t* p1 = static_cast<int32_t*>(gpu().alloc(sizeof(int32_t)));
+    gpu().upload(q1, qh.data() + 5 * qrs, qrs * sizeof(float));
+    gpu().upload(p1, &pos[5], sizeof(int32_t));
+    for (const SeqKv& t : {seq, SeqKv{padded.data(), int(padded.size())}}) {
+      gpu().attention(q1, qrs, size_t(D), 1, p1, H, view(1), t, 0.088f, o1);
+      std::vector<float> one(out_row);
+      gpu().download(one.data(), o1, out_row * sizeof(float));
+      EXPECT_EQ(std::memcmp(one.data(), all.data() + 5 * out_row, out_row * sizeof(float)), 0)
+          << tag << ": row at position 1399 differs alone (table of " << t.n_blocks << " entries) and among " << n;
+    }
+    // A missing block at positions 1024..1087: rows at 1100, 1280, 1399 become NaN, the rest keep their bits.
+    std::vector<int32_t> holed = tab;
+    holed[1024 / bt] = -1;
+    Twin<float> out2(be(), std::vector<float>(size_t(n) * out_row, kPoison));
+    gpu().attention(q[1], qrs, size_t(D), n, p[1], H, view(1), SeqKv{holed.data(), n_tab}, 0.088f, out2[1]);
+    const std::vector<float> got = out2.get(1);
+    for (int r = 0; r < n; ++r) {
+      const bool needs = pos[size_t(r)] >= 1024;
+      for (size_t j = 0; j < out_row; ++j) {
+        const float g = got[size_t(r) * out_row + j], w = all[size_t(r) * out_row + j];
+        if (needs ? !std::isnan(g) : float_bits(g) != float_bits(w)) {
+          ADD_FAILURE() << tag << ": missing block, row " << r << " (position " << pos[size_t(r)] << ") element " << j
+                        << " got " << g << (needs ? ", want NaN" : ", want the bits without the hole");
+          break;
+        }
+      }
+    }
+    gpu().release(p1), gpu().release(o1), gpu().release(q1);
+    for (int s = 0; s < 2; ++s) be_[s]->release(kp[s]), be_[s]->release(vp[s]);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Gated DeltaNet
 

@@ -1,6 +1,7 @@
 // Paged KV cache: store and causal GQA attention, f16, f32 or q8_0 storage (KvLayerView::type).
 //
-// attention: one block of 4 warps per (head, query row). Warp w takes positions w, w+4, ...
+// attention (calls of more than kSplitMaxRows rows; fewer take the split kernel of
+// attention_decode.cu): one block of 4 warps per (head, query row). Warp w takes positions w, w+4, ...
 // with its own online softmax (running max m, sum l, accumulator in shared memory), then the
 // four partial results are merged. Each position's K and V head vectors are read once per
 // query head. Simple and exact in fp32; flash-style tiling over query rows and heads of a GQA
@@ -15,37 +16,13 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_read.cuh"
 
 namespace df::cuda {
 
 namespace {
 
 constexpr int kAttnWarps = 4;
-constexpr int kQ8Block = 32, kQ8Bytes = 34;  // elements and bytes of a Q8_0 block
-
-// Token slot of position p in the cache (block id * block_tokens + offset), or -1 when p has no
-// block: beyond the table, or a negative entry (CUDA graphs pad tables with -1 to a bucket
-// length, so a graph serves a growing table; cuda_graphs.cpp).
-__device__ __forceinline__ int64_t kv_slot(const int32_t* table, int n_blocks, int block_tokens, int p) {
-  const int b = p / block_tokens;
-  if (p < 0 || b >= n_blocks) return -1;
-  const int32_t block = table[b];
-  return block < 0 ? -1 : int64_t(block) * block_tokens + p % block_tokens;
-}
-
-// Element j of a K/V head row stored at p, for each storage format.
-struct ReadF32 {
-  __device__ static float at(const uint8_t* p, int j) { return kv_load(reinterpret_cast<const float*>(p) + j); }
-};
-struct ReadF16 {
-  __device__ static float at(const uint8_t* p, int j) { return kv_load(reinterpret_cast<const uint16_t*>(p) + j); }
-};
-struct ReadQ8_0 {
-  __device__ static float at(const uint8_t* p, int j) {
-    const uint8_t* b = p + (j / kQ8Block) * kQ8Bytes;  // the scale is 2-byte aligned: blocks are 34 bytes
-    return float(int8_t(b[2 + j % kQ8Block])) * half_bits_to_float(*reinterpret_cast<const uint16_t*>(b));
-  }
-};
 
 // f32 / f16: one thread per element.
 template <typename T>

@@ -46,6 +46,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(bounce_);
   cudaFree(many_scratch_);
   cudaFree(mma_scratch_);
+  cudaFree(attn_scratch_);
   cudaFree(argmax_dev_);
   cudaStreamDestroy(as_stream(stream_));
 }
@@ -335,8 +336,15 @@ void CudaBackend::attention_table(const float* q, size_t q_row_stride, size_t q_
   if (rows > 65535) fail("attention: {} rows exceed the 65535 rows of one launch", rows);
   check_kv_type(kv.type, kv.head_dim);
   enter();
-  cuda::attention(q, q_row_stride, q_head_stride, rows, pos, n_head, kv, table, n_blocks, scale, out,
-                  as_stream(stream_));
+  if (rows <= cuda::kSplitMaxRows) {  // decode and verify: split over the context
+    ensure_scratch(attn_scratch_, attn_scratch_cap_, cuda::attention_split_scratch_bytes(rows, n_head, kv, n_blocks),
+                   "attention");
+    cuda::attention_split(q, q_row_stride, q_head_stride, rows, pos, n_head, kv, table, n_blocks, scale, attn_scratch_,
+                          out, as_stream(stream_));
+  } else {
+    cuda::attention(q, q_row_stride, q_head_stride, rows, pos, n_head, kv, table, n_blocks, scale, out,
+                    as_stream(stream_));
+  }
   check_launch("attention");
 }
 

@@ -96,6 +96,8 @@ class CudaBackend : public Backend {
   size_t many_scratch_cap_ = 0;   // in bytes
   void* mma_scratch_ = nullptr;  // activations of the tensor-core matmuls, f16 or Q8_K (grow-only)
   size_t mma_scratch_cap_ = 0;    // in bytes
+  void* attn_scratch_ = nullptr;  // per-chunk partials of the split decode attention (grow-only)
+  size_t attn_scratch_cap_ = 0;   // in bytes
   int32_t* argmax_dev_ = nullptr;  // argmax_rows results before the download (grow-only)
   int argmax_cap_ = 0;
 };

@@ -82,6 +82,16 @@ void kv_store(const KvLayerView& kv, const int32_t* block_table, int n_blocks, c
 void attention(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos, int n_head,
                const KvLayerView& kv, const int32_t* block_table, int n_blocks, float scale, float* out,
                cudaStream_t s);
+// attention_decode.cu -- the same op for calls of at most kSplitMaxRows rows (decode, verify),
+// split over the context in chunks of kSplitPositions positions (a function of the position
+// alone, so a row's result does not depend on the batch); scratch holds the per-chunk partials
+// (attention_split_scratch_bytes, sized by the table's length).
+constexpr int kSplitMaxRows = 32;
+constexpr int kSplitPositions = 256;
+size_t attention_split_scratch_bytes(int rows, int n_head, const KvLayerView& kv, int n_blocks);
+void attention_split(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos,
+                     int n_head, const KvLayerView& kv, const int32_t* block_table, int n_blocks, float scale,
+                     void* scratch, float* out, cudaStream_t s);
 
 // deltanet.cu
 void conv1d_silu(const float* x, size_t x_stride, int rows, int channels, const float* w, int kernel, float* state,
