@@ -34,7 +34,8 @@
 #                                     clients, --parallel 1 / 4 / 4 with --draft
 #                                     (bench/serve_concurrency.sh; serve.txt in LOG_DIR)
 #                                     --long: with --bench, also prompt tok/s at 4096 and 16384
-#                                     tokens (appended to bench_<type>.txt)
+#                                     tokens, and decode after 1024 and 32768 tokens of context
+#                                     (appended to bench_<type>.txt)
 #                                     --kernels: every CUDA matmul kernel alone on 27B-shaped
 #                                     weights, 1-32 rows (bench/matmul_kernels.cpp; kernels.txt)
 #                                     --budget S: seconds the whole script may take (default
@@ -262,6 +263,13 @@ if [ "$BENCH" = 1 ]; then
         timeout $(( $(left) - 30 )) "$BUILD/deltaflash" bench -m "$f" -p "$p" -n 1 -r 1 --device cuda \
           >>"$LOG/bench_$t.txt" 2>&1 || echo "gpu-check: pp$p rc=$?"
         echo "gpu-check: pp$p $t ($(elapsed))"
+      done
+      for d in 1024 32768; do  # decode after a long context (its prefill untimed)
+        [ "$(left)" -gt 90 ] || { echo "gpu-check: no time left for tg at depth $d" | tee -a "$LOG/bench_$t.txt"; break; }
+        echo "### decode at depth $d" >>"$LOG/bench_$t.txt"
+        timeout $(( $(left) - 30 )) "$BUILD/deltaflash" bench -m "$f" -p 16 -n 32 -d "$d" -b 4096 -r 1 --device cuda \
+          >>"$LOG/bench_$t.txt" 2>&1 || echo "gpu-check: tg at depth $d rc=$?"
+        echo "gpu-check: tg32 at depth $d, $t ($(elapsed))"
       done
     fi
     rm -f "$f"

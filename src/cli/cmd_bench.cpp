@@ -32,6 +32,7 @@ constexpr int kMaxVerifyRows = 32;
 struct BenchArgs {
   std::string model;
   int n_prompt = 512, n_gen = 128, reps = 5, batch = 512;
+  int depth = 0;  // tokens of context before the timed generation (llama-bench's -d)
   LoadOptions load;
   bool json = false;
   std::string json_out;  // also write the JSON object here
@@ -79,9 +80,10 @@ struct VerifyPoint {
 
 void bench(const BenchArgs& a) {
   if (a.n_prompt < 1 || a.n_gen < 1 || a.reps < 1) fail("-p, -n and --reps must be at least 1");
+  if (a.depth < 0) fail("--depth must not be negative");
   using Mode = ProfilingBackend::Mode;
   LoadOptions lo = a.load;
-  lo.max_batch_rows = std::max(std::min(a.batch, a.n_prompt), kMaxVerifyRows);
+  lo.max_batch_rows = std::max(std::min(a.batch, std::max(a.n_prompt, a.depth)), kMaxVerifyRows);
   lo.progress = !a.json;
   lo.profile = true;  // counting weight bytes needs the wrapper; it forwards at no cost when off
   LoadedModel m = load_model(a.model, lo);
@@ -89,10 +91,10 @@ void bench(const BenchArgs& a) {
   const std::string device = prof.inner().name();
   const double copy_gb_s = copy_bandwidth_gb_s(prof.inner(), device != "cpu");
 
-  Generator gen(*m.model, m.tokenizer.get(), a.n_prompt + a.n_gen + 16);
+  Generator gen(*m.model, m.tokenizer.get(), std::max(a.n_prompt, a.depth) + a.n_gen + 16);
   std::mt19937 rng(42);
   const int n_vocab = std::min(m.model->hparams().n_vocab, m.tokenizer->n_vocab());
-  std::vector<int32_t> prompt(size_t(std::max(a.n_prompt, kMaxVerifyRows)));
+  std::vector<int32_t> prompt(size_t(std::max({a.n_prompt, a.depth, kMaxVerifyRows})));
   for (auto& t : prompt) t = int32_t(rng() % uint32_t(n_vocab));
   std::vector<float> logits;
   // Two warm-up runs, not counted: page faults and caches, and with CUDA graphs a step's first
@@ -108,8 +110,10 @@ void bench(const BenchArgs& a) {
     auto t0 = std::chrono::steady_clock::now();
     gen.prefill(pp_prompt, a.batch, logits);
     pp.push_back(a.n_prompt / seconds_since(t0));
-    // Generation from an empty context, like llama-bench's tg test.
+    // Generation from an empty context, like llama-bench's tg test, or after --depth tokens
+    // of context (their prefill not timed).
     gen.reset();
+    if (a.depth > 0) gen.prefill(std::vector<int32_t>(prompt.begin(), prompt.begin() + a.depth), a.batch, logits);
     t0 = std::chrono::steady_clock::now();
     int32_t tok = prompt[0];
     for (int i = 0; i < a.n_gen; ++i) tok = gen.decode_greedy(tok, n_vocab);  // greedy, as `run` decodes
@@ -201,6 +205,7 @@ void bench(const BenchArgs& a) {
     nlohmann::json j = {{"model", a.model},
                         {"n_prompt", a.n_prompt},
                         {"n_gen", a.n_gen},
+                        {"depth", a.depth},
                         {"threads", threads},
                         {"device", device},
                         {"reps", a.reps},
@@ -232,7 +237,10 @@ void bench(const BenchArgs& a) {
   }
   std::printf("| model | threads | test | tok/s (median of %d) |\n|---|---|---|---|\n", a.reps);
   std::printf("| %s | %d | pp%d | %.2f |\n", a.model.c_str(), threads, a.n_prompt, median(pp));
-  std::printf("| %s | %d | tg%d | %.2f |\n", a.model.c_str(), threads, a.n_gen, median(tg));
+  if (a.depth > 0)
+    std::printf("| %s | %d | tg%d @ d%d | %.2f |\n", a.model.c_str(), threads, a.n_gen, a.depth, median(tg));
+  else
+    std::printf("| %s | %d | tg%d | %.2f |\n", a.model.c_str(), threads, a.n_gen, median(tg));
   std::printf("\ndevice %s: copy bandwidth %.0f GB/s (bytes read + written)\n", device.c_str(), copy_gb_s);
   std::printf("decode: %.2f tok/s x %.3f GB of weights a step = %.0f GB/s, %.1f%% of the copy bandwidth\n", median(tg),
               step_bytes / 1e9, weight_gb_s, copy_gb_s > 0 ? 100 * weight_gb_s / copy_gb_s : 0.0);
@@ -265,6 +273,8 @@ void register_bench(CLI::App& app) {
   add_backend_flags(c, a->load);
   c->add_option("-r,--reps", a->reps, "Repetitions (the median is reported)")->capture_default_str();
   c->add_option("-b,--batch", a->batch, "Prefill chunk size")->capture_default_str();
+  c->add_option("-d,--depth", a->depth, "Context tokens before the timed generation (their prefill is not timed)")
+      ->capture_default_str();
   c->add_flag("--json", a->json, "Print one JSON object");
   c->add_option("--json-out", a->json_out, "Also write the JSON object to this file");
   c->add_option("--draft", a->draft,
