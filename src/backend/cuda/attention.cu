@@ -14,15 +14,13 @@
 // rounded to nearest even. Reads dequantize q * d exactly (at most 18 significant bits).
 #include <cmath>
 
+#include "backend/cuda/attention_span.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/kv_read.cuh"
 
 namespace df::cuda {
 
 namespace {
-
-constexpr int kAttnWarps = 4;
 
 // f32 / f16: one thread per element.
 template <typename T>
@@ -73,72 +71,20 @@ __global__ void kv_store_q8_0_k(uint8_t* kd, uint8_t* vd, int block_tokens, size
 }
 
 template <typename Read>
-__global__ void __launch_bounds__(kAttnWarps* kWarp)
+__global__ void __launch_bounds__(kSpanWarps* kWarp)
     attention_k(const float* __restrict__ q, size_t q_row_stride, size_t q_head_stride,
                 const int32_t* __restrict__ pos, int n_head, const uint8_t* __restrict__ kd,
                 const uint8_t* __restrict__ vd, int block_tokens, int n_head_kv, int D, size_t tb, size_t hb,
                 const int32_t* __restrict__ table, int n_blocks, float scale, float* __restrict__ out) {
   pdl_wait();
   pdl_trigger();
-  extern __shared__ float sm[];
-  float* qs = sm;                            // [D]
-  float* acc_all = sm + D;                   // [kAttnWarps][D]
-  __shared__ float part_m[kAttnWarps], part_l[kAttnWarps];
+  extern __shared__ float sm[];  // attend_span's
   const int h = blockIdx.x, r = blockIdx.y;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const float* qh = q + r * q_row_stride + h * q_head_stride;
-  for (int j = threadIdx.x; j < D; j += blockDim.x) qs[j] = qh[j];
-  float* acc = acc_all + warp * D;
-  for (int j = lane; j < D; j += kWarp) acc[j] = 0.0f;
-  __syncthreads();
-
   const int kvh = h / (n_head / n_head_kv);
-  const int last = pos[r];
-  float m = -INFINITY, l = 0.0f;
-  bool missing = false;
-  for (int p = warp; p <= last; p += kAttnWarps) {
-    const int64_t slot = kv_slot(table, n_blocks, block_tokens, p);
-    if (slot < 0) {
-      missing = true;
-      break;
-    }
-    const int64_t at = slot * int64_t(tb) + int64_t(kvh) * int64_t(hb);
-    const uint8_t* kp = kd + at;
-    const uint8_t* vp = vd + at;
-    float s = 0.0f;
-    for (int j = lane; j < D; j += kWarp) s += qs[j] * Read::at(kp, j);
-    s = warp_sum(s) * scale;
-    if (s > m) {  // new maximum: rescale what we have (exp(-inf) = 0 on the first position)
-      const float decay = expf(m - s);
-      l = l * decay + 1.0f;
-      for (int j = lane; j < D; j += kWarp) acc[j] = acc[j] * decay + Read::at(vp, j);
-      m = s;
-    } else {
-      const float w = expf(s - m);
-      l += w;
-      for (int j = lane; j < D; j += kWarp) acc[j] += w * Read::at(vp, j);
-    }
-  }
-  if (lane == 0) {
-    part_m[warp] = missing ? NAN : m;
-    part_l[warp] = l;
-  }
-  __syncthreads();
-  float mx = -INFINITY;
-  for (int w = 0; w < kAttnWarps; ++w) mx = fmaxf(mx, part_m[w]);  // fmaxf drops NaN: checked below
-  bool bad = false;
-  float wt[kAttnWarps], denom = 0.0f;
-  for (int w = 0; w < kAttnWarps; ++w) {
-    bad |= isnan(part_m[w]);
-    wt[w] = expf(part_m[w] - mx);  // a warp with no positions has m = -inf, weight 0
-    denom += part_l[w] * wt[w];
-  }
+  const SpanResult res = attend_span<Read>(q + r * q_row_stride + h * q_head_stride, sm, kd, vd, block_tokens, kvh, D,
+                                           tb, hb, table, n_blocks, scale, 0, pos[r]);
   float* o = out + (int64_t(r) * n_head + h) * D;
-  for (int j = threadIdx.x; j < D; j += blockDim.x) {
-    float num = 0.0f;
-    for (int w = 0; w < kAttnWarps; ++w) num += acc_all[w * D + j] * wt[w];
-    o[j] = bad ? NAN : num / denom;
-  }
+  for (int j = threadIdx.x; j < D; j += blockDim.x) o[j] = res.bad ? NAN : span_num(sm, D, res, j) / res.denom;
 }
 
 template <typename Read>
@@ -146,8 +92,8 @@ void launch_attention(const float* q, size_t q_row_stride, size_t q_head_stride,
                       int n_head, const KvLayerView& kv, const int32_t* table, int n_blocks, float scale, float* out,
                       cudaStream_t s) {
   const dim3 grid{unsigned(n_head), unsigned(rows)};
-  const size_t shared = size_t(1 + kAttnWarps) * kv.head_dim * sizeof(float);
-  launch(attention_k<Read>, grid, kAttnWarps * kWarp, shared, s,
+  const size_t shared = size_t(1 + kSpanWarps) * kv.head_dim * sizeof(float);
+  launch(attention_k<Read>, grid, kSpanWarps * kWarp, shared, s,
       q, q_row_stride, q_head_stride, pos, n_head, static_cast<const uint8_t*>(kv.k),
       static_cast<const uint8_t*>(kv.v), kv.block_tokens, kv.n_head_kv, kv.head_dim, kv.token_bytes(),
       kv.head_bytes(), table, n_blocks, scale, out);

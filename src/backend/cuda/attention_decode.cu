@@ -18,15 +18,13 @@
 // turns the row's output into NaN, as the old kernel did (the model reserves blocks first).
 #include <cmath>
 
+#include "backend/cuda/attention_span.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/kv_read.cuh"
 
 namespace df::cuda {
 
 namespace {
-
-constexpr int kSplitWarps = 4;
 
 // Chunks of a table of n_blocks blocks: every position the table can hold has one.
 int split_chunks(int n_blocks, int block_tokens) {
@@ -36,7 +34,7 @@ int split_chunks(int n_blocks, int block_tokens) {
 
 // grid (n_head, rows, chunks); part: [row][head][chunk][D + 2] = acc[0..D), m, l.
 template <typename Read>
-__global__ void __launch_bounds__(kSplitWarps* kWarp)
+__global__ void __launch_bounds__(kSpanWarps* kWarp)
     attention_partial_k(const float* __restrict__ q, size_t q_row_stride, size_t q_head_stride,
                         const int32_t* __restrict__ pos, int n_head, const uint8_t* __restrict__ kd,
                         const uint8_t* __restrict__ vd, int block_tokens, int n_head_kv, int D, size_t tb, size_t hb,
@@ -49,70 +47,15 @@ __global__ void __launch_bounds__(kSplitWarps* kWarp)
   if (p0 > last) return;  // past the row's position: the merge never reads this chunk
   const int p_end = min(last, p0 + kSplitPositions - 1);
 
-  extern __shared__ float sm[];
-  float* qs = sm;            // [D]
-  float* acc_all = sm + D;   // [kSplitWarps][D]
-  __shared__ float part_m[kSplitWarps], part_l[kSplitWarps];
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const float* qh = q + r * q_row_stride + h * q_head_stride;
-  for (int j = threadIdx.x; j < D; j += blockDim.x) qs[j] = qh[j];
-  float* acc = acc_all + warp * D;
-  for (int j = lane; j < D; j += kWarp) acc[j] = 0.0f;
-  __syncthreads();
-
+  extern __shared__ float sm[];  // attend_span's
   const int kvh = h / (n_head / n_head_kv);
-  float m = -INFINITY, l = 0.0f;
-  bool missing = false;
-  for (int p = p0 + warp; p <= p_end; p += kSplitWarps) {
-    const int64_t slot = kv_slot(table, n_blocks, block_tokens, p);
-    if (slot < 0) {
-      missing = true;
-      break;
-    }
-    const int64_t at = slot * int64_t(tb) + int64_t(kvh) * int64_t(hb);
-    const uint8_t* kp = kd + at;
-    const uint8_t* vp = vd + at;
-    float s = 0.0f;
-    for (int j = lane; j < D; j += kWarp) s += qs[j] * Read::at(kp, j);
-    s = warp_sum(s) * scale;
-    if (s > m) {  // new maximum: rescale what we have (exp(-inf) = 0 on the first position)
-      const float decay = expf(m - s);
-      l = l * decay + 1.0f;
-      for (int j = lane; j < D; j += kWarp) acc[j] = acc[j] * decay + Read::at(vp, j);
-      m = s;
-    } else {
-      const float w = expf(s - m);
-      l += w;
-      for (int j = lane; j < D; j += kWarp) acc[j] += w * Read::at(vp, j);
-    }
-  }
-  if (lane == 0) {
-    part_m[warp] = missing ? NAN : m;
-    part_l[warp] = l;
-  }
-  __syncthreads();
-  // Merge the warps in order. Warp 0 has the chunk's first position, so mx is finite unless a
-  // score is inf or NaN; a warp without positions (m = -inf) gets weight 0.
-  bool bad = false;
-  float mx = -INFINITY;
-  for (int w = 0; w < kSplitWarps; ++w) {
-    bad |= isnan(part_m[w]);
-    mx = fmaxf(mx, part_m[w]);
-  }
-  float wt[kSplitWarps], denom = 0.0f;
-  for (int w = 0; w < kSplitWarps; ++w) {
-    wt[w] = expf(part_m[w] - mx);
-    denom += part_l[w] * wt[w];
-  }
+  const SpanResult res = attend_span<Read>(q + r * q_row_stride + h * q_head_stride, sm, kd, vd, block_tokens, kvh, D,
+                                           tb, hb, table, n_blocks, scale, p0, p_end);
   float* o = part + ((size_t(r) * n_head + h) * gridDim.z + c) * size_t(D + 2);
-  for (int j = threadIdx.x; j < D; j += blockDim.x) {
-    float num = 0.0f;
-    for (int w = 0; w < kSplitWarps; ++w) num += acc_all[w * D + j] * wt[w];
-    o[j] = num;
-  }
+  for (int j = threadIdx.x; j < D; j += blockDim.x) o[j] = span_num(sm, D, res, j);
   if (threadIdx.x == 0) {
-    o[D] = bad ? NAN : mx;
-    o[D + 1] = denom;
+    o[D] = res.bad ? NAN : res.mx;
+    o[D + 1] = res.denom;
   }
 }
 
@@ -152,8 +95,8 @@ void launch_split(const float* q, size_t q_row_stride, size_t q_head_stride, int
                   int n_head, const KvLayerView& kv, const int32_t* table, int n_blocks, float scale, float* part,
                   float* out, cudaStream_t s) {
   const int chunks = split_chunks(n_blocks, kv.block_tokens);
-  const size_t shared = size_t(1 + kSplitWarps) * kv.head_dim * sizeof(float);
-  launch(attention_partial_k<Read>, dim3(unsigned(n_head), unsigned(rows), unsigned(chunks)), kSplitWarps * kWarp,
+  const size_t shared = size_t(1 + kSpanWarps) * kv.head_dim * sizeof(float);
+  launch(attention_partial_k<Read>, dim3(unsigned(n_head), unsigned(rows), unsigned(chunks)), kSpanWarps * kWarp,
          shared, s, q, q_row_stride, q_head_stride, pos, n_head, static_cast<const uint8_t*>(kv.k),
          static_cast<const uint8_t*>(kv.v), kv.block_tokens, kv.n_head_kv, kv.head_dim, kv.token_bytes(),
          kv.head_bytes(), table, n_blocks, scale, part);
