@@ -15,7 +15,7 @@
 //                  copy_2d; argmax_rows exact (ties: lowest index; NaN never wins).
 //   batch          a matmul row is bit-identical whether computed alone or among 1..40 rows
 //                  (the fast kernels of matvec.cu and the generic ones alike), and for Q4_K
-//                  among up to 600 (the decode and prefill GEMM kernels agree bit for bit).
+//                  and Q6_K among up to 2500 (the decode and prefill GEMM kernels agree bit for bit).
 //   few ulp        swiglu, mul_sigmoid, gdn_gates: CUDA's expf/log1pf are within 2 ulp of
 //                  glibc's; rtol 4e-6 (~32 ulp).
 //   reductions     rms_norm, l2_norm_heads, gated_rms_norm: the norm differs by summation order,
@@ -489,11 +489,12 @@ TEST_P(CudaMatmul, AgainstExactAndCpu) {
   if (fl) cases.push_back({301, 37, 3}), cases.push_back({1, 5, 2}), cases.push_back({33, 9, 16});
   // Q4_K above 32 rows: the tiled prefill GEMM (imma_gemm.cu), with row tails (33, 100, 257 in
   // 64- or 128-row tiles) and output tails (37, 129, 300 in 128-output tiles); 8448 is 33
-  // super-blocks, two per slot (the kernel's other variant). Q6_K: its own kernel over several
-  // 32-row groups where the block count is even (256, 8448: odd, the f16 kernel).
+  // super-blocks, two per slot (the kernel's other variant). Q6_K: its own prefill GEMM
+  // (imma_q6k_gemm.cu) where the block count is even (256, 2304, 8448: odd, the f16 kernel);
+  // 9216: 36 super-blocks, two per slot, for both types' GEMMs.
   if (mv::int8_tensor_core_type(t))
     cases.insert(cases.end(), {{256, 37, 33}, {1024, 300, 64}, {6144, 37, 100}, {2304, 129, 257}, {512, 300, 512},
-                               {8448, 37, 70}});
+                               {8448, 37, 70}, {9216, 45, 100}});
   const bool has_min = t == GgmlType::Q4_1 || t == GgmlType::Q5_1;
   uint64_t seed = 1000 + uint64_t(t) * 100;
   for (const auto& c : cases) {
@@ -564,8 +565,8 @@ TEST_P(CudaMatmul, EmbedIsExact) {
 
 // A row's product must not depend on the other rows of the call (the model's batch-invariance
 // test relies on it): each row of a 40-row product, computed within calls of 1, 2, 3, 5, 8, 16,
-// 17, 33 and 40 rows (every kernel shape and row-group split; for Q4_K, 33 and 40 rows take the
-// prefill GEMM and the rest the decode kernel), is bit-identical.
+// 17, 33 and 40 rows (every kernel shape and row-group split; for Q4_K and Q6_K, 33 and 40 rows
+// take the prefill GEMMs and the rest the decode kernels), is bit-identical.
 TEST_P(CudaMatmul, RowsAreBatchInvariant) {
   const GgmlType t = GetParam();
   const bool fl = type_traits(t).block_size == 1;
@@ -622,7 +623,7 @@ TEST_F(CudaOps, SharedInputMatmulEqualsSeparateProducts) {
     const HostWeight& hw = hws.back();
     ws.push_back(Weight{hw.type, hw.n_in, hw.n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes});
   }
-  for (int rows : {1, 3, 5, 9, 16, 17, 40, 100, 300}) {  // 40, 100, 300: the Q4_K prefill GEMM
+  for (int rows : {1, 3, 5, 9, 16, 17, 40, 100, 300}) {  // 40, 100, 300: the Q4_K and Q6_K prefill GEMMs
     const std::vector<float> x = make_activations(rows, 2048, 77 + uint64_t(rows));
     float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
     gpu().upload(xd, x.data(), x.size() * sizeof(float));
@@ -653,45 +654,54 @@ TEST_F(CudaOps, SharedInputMatmulEqualsSeparateProducts) {
   }
 }
 
-// The Q4_K prefill GEMM (imma_gemm.cu, calls of more than 32 rows) gives each row the bits the
-// decode kernel (imma_matmul.cu) gives it in a call of its own: chosen rows of one large call
-// equal, memcmp-equal, 1-row calls and 33-row calls starting at that row (another tile
-// alignment). n_in 1024 and 5120: one super-block per slot; 8448 and 17408: two and three per
-// slot (the running totals in shared memory). Calls of 300 rows here take the 128 x 64 blocks;
-// 600 x 12000 and 2500 x 3000 the 128 x 128 ones (grids of 3 waves or more on up to 156 SMs).
-TEST_F(CudaOps, Q4kGemmRowsEqualDecodeRows) {
-  struct Case {
-    int64_t n_in, n_out;
-    int rows;
-  };
-  for (const Case& c : {Case{5120, 300, 300}, Case{8448, 37, 300}, Case{17408, 130, 300}, Case{1024, 12000, 600},
-                        Case{8448, 3000, 2500}}) {
-    const HostWeight hw = make_weight(GgmlType::Q4_K, c.n_in, c.n_out, 7100 + uint64_t(c.n_in));
-    const std::vector<float> x = make_activations(c.rows, c.n_in, 7200 + uint64_t(c.n_in));
-    const Weight w{GgmlType::Q4_K, c.n_in, c.n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
-    const size_t n_out = size_t(c.n_out);
-    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
-    float* yd = static_cast<float*>(gpu().alloc(size_t(c.rows) * n_out * sizeof(float)));
-    float* yp = static_cast<float*>(gpu().alloc(33 * n_out * sizeof(float)));
-    gpu().upload(xd, x.data(), x.size() * sizeof(float));
-    gpu().matmul(w, xd, c.rows, yd);
-    std::vector<float> all(size_t(c.rows) * n_out), part(33 * n_out);
-    gpu().download(all.data(), yd, all.size() * sizeof(float));
-    for (int r : {0, 1, 2, 63, 64, 127, 128, 255, 266, c.rows - 1}) {
-      const float* want = all.data() + size_t(r) * n_out;
-      for (int width : {1, 33}) {
-        if (r + width > c.rows) continue;
-        gpu().matmul(w, xd + size_t(r) * size_t(c.n_in), width, yp);
-        gpu().download(part.data(), yp, size_t(width) * n_out * sizeof(float));
-        EXPECT_EQ(std::memcmp(part.data(), want, size_t(width) * n_out * sizeof(float)), 0)
-            << "matmul q4_k " << c.n_in << "x" << c.n_out << ": rows " << r << ".." << r + width - 1
-            << " in a call of their own differ from the same rows in one call of " << c.rows;
-      }
+struct GemmCase {
+  int64_t n_in, n_out;
+  int rows;
+};
+
+// Chosen rows of one call of c.rows rows of a t weight (the prefill GEMM above 32 rows) equal,
+// memcmp-equal, the same rows in calls of their own: 1 row and 33 rows starting there (the
+// decode kernel, and the GEMM at another tile alignment). Outputs start as NaN.
+void expect_gemm_rows_equal_decode_rows(Backend& gpu, GgmlType t, const GemmCase& c, uint64_t seed) {
+  const HostWeight hw = make_weight(t, c.n_in, c.n_out, seed);
+  const std::vector<float> x = make_activations(c.rows, c.n_in, seed + 100);
+  const Weight w{t, c.n_in, c.n_out, gpu.weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
+  const size_t n_out = size_t(c.n_out);
+  const std::vector<float> poison(size_t(c.rows) * n_out, kPoison);
+  float* xd = static_cast<float*>(gpu.alloc(x.size() * sizeof(float)));
+  float* yd = static_cast<float*>(gpu.alloc(size_t(c.rows) * n_out * sizeof(float)));
+  float* yp = static_cast<float*>(gpu.alloc(33 * n_out * sizeof(float)));
+  gpu.upload(xd, x.data(), x.size() * sizeof(float));
+  gpu.upload(yd, poison.data(), size_t(c.rows) * n_out * sizeof(float));
+  gpu.matmul(w, xd, c.rows, yd);
+  std::vector<float> all(size_t(c.rows) * n_out), part(33 * n_out);
+  gpu.download(all.data(), yd, all.size() * sizeof(float));
+  for (int r : {0, 1, 2, 63, 64, 127, 128, 255, 266, c.rows - 1}) {
+    const float* want = all.data() + size_t(r) * n_out;
+    for (int width : {1, 33}) {
+      if (r + width > c.rows) continue;
+      gpu.upload(yp, poison.data(), size_t(width) * n_out * sizeof(float));
+      gpu.matmul(w, xd + size_t(r) * size_t(c.n_in), width, yp);
+      gpu.download(part.data(), yp, size_t(width) * n_out * sizeof(float));
+      EXPECT_EQ(std::memcmp(part.data(), want, size_t(width) * n_out * sizeof(float)), 0)
+          << "matmul " << type_name(t) << " " << c.n_in << "x" << c.n_out << ": rows " << r << ".." << r + width - 1
+          << " in a call of their own differ from the same rows in one call of " << c.rows;
     }
-    gpu().release(yp);
-    gpu().release(yd);
-    gpu().release(xd);
   }
+  gpu.release(yp);
+  gpu.release(yd);
+  gpu.release(xd);
+}
+
+// The Q4_K prefill GEMM (imma_gemm.cu, calls of more than 32 rows) gives each row the bits the
+// decode kernel (imma_matmul.cu) gives it in a call of its own. n_in 1024 and 5120: one
+// super-block per slot; 8448 and 17408: two and three per slot (the running totals in shared
+// memory). Calls of 300 rows here take the 128 x 64 blocks; 600 x 12000 and 2500 x 3000 the
+// 128 x 128 ones (grids of 3 waves or more on up to 156 SMs).
+TEST_F(CudaOps, Q4kGemmRowsEqualDecodeRows) {
+  for (const GemmCase& c : {GemmCase{5120, 300, 300}, GemmCase{8448, 37, 300}, GemmCase{17408, 130, 300},
+                            GemmCase{1024, 12000, 600}, GemmCase{8448, 3000, 2500}})
+    expect_gemm_rows_equal_decode_rows(gpu(), GgmlType::Q4_K, c, 7100 + uint64_t(c.n_in));
 }
 
 // Rows beyond f16's range (|x| >= 65504, as large models' SwiGLU outputs can be) on the f16
@@ -1625,6 +1635,17 @@ TEST(CudaGraphs, SpeculationEqualsPlainDecoding) {
   EXPECT_GT(gs.replayed, 40);
   std::cout << "[cuda-graphs] speculation: direct " << gs.direct << ", captured " << gs.captured << ", replayed "
             << gs.replayed << "\n";
+}
+
+// The Q6_K prefill GEMM (imma_q6k_gemm.cu, calls of more than 32 rows) gives each row the bits
+// imma_q6k.cu's kernel gives it in a call of its own (the same cases as Q4_K's, plus one of
+// 34 super-blocks, two a slot, at 2500 rows). n_in 1024 and 5120: one super-block per slot;
+// 17408: three (slots that start on odd super-blocks); 8448 (33 super-blocks, odd) is not on
+// the integer kernels (rows would start at 2 mod 4) and checks the fallback's rows instead.
+TEST_F(CudaOps, Q6kGemmRowsEqualDecodeRows) {
+  for (const GemmCase& c : {GemmCase{5120, 300, 300}, GemmCase{17408, 130, 300}, GemmCase{1024, 12000, 600},
+                            GemmCase{8448, 37, 300}, GemmCase{5120, 3000, 2500}, GemmCase{8704, 45, 2500}})
+    expect_gemm_rows_equal_decode_rows(gpu(), GgmlType::Q6_K, c, 7300 + uint64_t(c.n_in));
 }
 
 }  // namespace

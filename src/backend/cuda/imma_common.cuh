@@ -1,9 +1,10 @@
 // What the integer tensor-core kernels share: for Q4_K, imma_matmul.cu (every row count, the
-// decode path) and imma_gemm.cu (the tiled prefill path for many rows); for Q6_K, imma_q6k.cu.
+// decode path) and imma_gemm.cu (the tiled prefill path for many rows); for Q6_K, imma_q6k.cu and
+// imma_q6k_gemm.cu (imma_q6k.cuh).
 // All read the CPU's Q8_K activations (q8k_quantize_lane; Q4_K: quantize_q8k_k, q8k_layout),
 // plan launches the same way (Segments, for_each_launch) and split each row's super-blocks into
-// the same slots (slots_of), so a Q4_K row's result is the same bits whichever kernel computes
-// it (see imma_matmul.cu's header comment).
+// the same slots (slots_of), so a row's result is the same bits whichever kernel computes it
+// (see imma_matmul.cu's header comment).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -277,7 +278,8 @@ void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launc
 }
 
 // imma_q6k.cu: imma_matmul_group for Q6_K weights (imma_matmul.cu dispatches to it), every row
-// count; a Q6_K row's result does not depend on the batch either (the same slots).
+// count (above kImmaGemmMinRows through imma_q6k_gemm.cu); a Q6_K row's result does not depend
+// on the batch either (the same slots).
 void imma_q6k_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                     cudaStream_t s);
 

@@ -37,6 +37,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/imma_common.cuh"
 #include "backend/cuda/imma_gemm.cuh"
+#include "backend/cuda/imma_tiles.cuh"
 
 namespace df::cuda {
 
@@ -60,16 +61,6 @@ struct Stage {
   static constexpr int kMHalf = BN * 8 + 64;
   static constexpr int kBytes = (kM + 2 * kMHalf + 127) / 128 * 128;
 };
-
-// 16 bytes global -> shared, asynchronously; zeros when !live (src must still be mapped).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool live) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
 
 // Four 8x8 b16 matrices: lane l gives the address of row l % 8 of matrix l / 8 and receives, of
 // each matrix, the 4 bytes at 4 (l % 4) of row l / 4.
@@ -345,9 +336,7 @@ void gemm_launch(const Segments& segs, int n_sb, int per_slot, const int8_t* xq,
                                 int(cudaSharedmemCarveoutMaxShared)) == cudaSuccess;
   }();
   (void)smem_ok;  // a failure shows as the launch error, which the caller checks
-  // The same segments in blocks of BM outputs (for_each_launch planned blocks of 16: fewer here).
-  Segments t = segs;
-  for (int k = 0; k < t.n; ++k) t.first_block[k + 1] = t.first_block[k] + int(ceil_div(t.n_out[k], BM));
+  const Segments t = segments_in_blocks_of(segs, BM);
   launch(kernel, dim3(ceil_div(rows, BN), unsigned(t.first_block[t.n])), dim3(WM * WN * kWarp), smem, s, t, n_sb,
          per_slot, xq, xd, xm, n_in, rows_pad, rows);
 }

@@ -1,6 +1,7 @@
 // The integer tensor-core matmul for Q6_K weights, designed like the Q4_K one (imma_matmul.cu:
 // its header comment gives the why, the Q8_K activations, slots and batch invariance, all of
-// which hold here unchanged).
+// which hold here unchanged). Calls of more than kImmaGemmMinRows rows go to the tiled prefill
+// kernel (imma_q6k_gemm.cu) after the quantizer below, which gives each row the same bits.
 //
 // Q6_K. A 210-byte block holds 256 weights q - 32 (q = 0..63: four bits in ql, two in qh) in 16
 // groups of 16 with a signed 8-bit scale each and one f16 d: w = d * sc_j * (q - 32). Group j =
@@ -39,36 +40,16 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/imma_common.cuh"
+#include "backend/cuda/imma_q6k.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace df::cuda {
 
 namespace {
 
-constexpr int kQ6kBytes = 210;    // bytes per Q6_K super-block: 128 ql, 64 qh, 16 scales, d
 constexpr int kMaxNt = 4;         // n-tiles per launch group: 32 activation rows
 constexpr int kRowsPerGroup = 8 * kMaxNt;
 constexpr int kMaxWarps = 8;      // warps a block (launch_q6k)
-
-// Q6_K blocks are 210 bytes, so in a row whose start is 4-byte aligned the odd super-blocks
-// start at 2 mod 4. Lane c of an mma takes four consecutive bytes of a 16-element group as one
-// aligned word: bytes 4c..4c+3 in even super-blocks, 4c-2..4c+1 (mod 16) in odd ones. Slot
-// 4c + i of group j of super-block b therefore holds element 16 j + q6k_elem(b, 4c + i).
-__host__ __device__ constexpr int q6k_rot(int64_t sb) { return 2 * int(sb & 1); }
-__host__ __device__ constexpr int q6k_elem(int64_t sb, int slot) { return (slot - q6k_rot(sb) + 16) % 16; }
-
-// The quantized activations in Q6_K's format inside the scratch (q8k_layout; rows padded to
-// rows_pad, a multiple of 8, padding rows zeros with d = 0): per super-block and row (in that
-// order: n-tiles are a constant stride apart) the 256 int8 values in mma-operand order (lane
-// c's words at 64c + 4j, slots q6k_elem) and the sixteen per-16 sums as low and high byte
-// planes in the same slot order (4 x uint2), the B operands of the two mma that form
-// sum_j scale_j * sum_j; the scales d as for Q4_K, [super-block][row].
-struct Q6kActs {
-  int8_t* q;  // [super-block][row][256]
-  float* d;   // [super-block][row]
-  uint2* s;   // [super-block][row][lane c]
-  int rows_pad;
-};
 
 Q6kActs q6k_acts(void* scratch, int64_t n_in, int rows) {
   const int rows_pad = (rows + 7) / 8 * 8;
@@ -114,16 +95,6 @@ __global__ void __launch_bounds__(kWarp)
   if (lane < 4) xs[(size_t(b) * rows_pad + r) * 4 + lane] = sum_byte_planes(t);
   if (lane == 0) xd[size_t(b) * rows_pad + r] = d;
 }
-
-// The four u8 values (0..63) of chunk k in one ql word (low nibbles for k < 2, high for k >= 2)
-// and the matching qh word (bits 2k, 2k + 1 of each byte).
-__device__ __forceinline__ uint32_t q6_values(uint32_t ql, uint32_t qh, int k) {
-  const uint32_t lo = (k < 2 ? ql : ql >> 4) & 0x0F0F0F0Fu;
-  const uint32_t hi = k == 0 ? qh << 4 : k == 1 ? qh << 2 : k == 2 ? qh : qh >> 2;
-  return lo | (hi & 0x30303030u);
-}
-
-__device__ __forceinline__ int signed_byte(uint32_t w, int k) { return int(int8_t(uint8_t(w >> (8 * k)))); }
 
 // w[c] for this lane's c, without indexing registers at run time.
 __device__ __forceinline__ uint32_t lane_word(const uint32_t (&w)[5], int c) {
@@ -315,7 +286,8 @@ void imma_q6k_group(const Weight* const* ws, float* const* ys, int n, const floa
   launch(quantize_q8k_q6k_k, dim3(unsigned(n_in / kSb), unsigned(a.rows_pad)), dim3(kWarp), 0, s, x, rows, a.rows_pad,
          int(n_in), a.q, a.d, a.s);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
-    if (rows <= 8) launch_q6k<1>(segs, n_in, a, rows, s);
+    if (rows > kImmaGemmMinRows) imma_q6k_gemm(segs, n_in, a, rows, s);
+    else if (rows <= 8) launch_q6k<1>(segs, n_in, a, rows, s);
     else if (rows <= 16) launch_q6k<2>(segs, n_in, a, rows, s);
     else launch_q6k<4>(segs, n_in, a, rows, s);
   });

@@ -32,8 +32,8 @@ void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scrat
 // batch). imma_matmul_group: ys[i] = x ws[i]^T for weights of the same type and n_in sharing
 // the input x: the activations are quantized once and the products share launches; each result
 // is bit-identical to the weight's product alone.
-// Q4_K calls of more than kImmaGemmMinRows rows take the tiled prefill kernel (imma_gemm.cu),
-// which gives each row the same bits (Q6_K: its one kernel for every row count, for now). Up to 32 rows the decode kernel streams each weight once (one
+// Calls of more than kImmaGemmMinRows rows take the tiled prefill kernels (imma_gemm.cu for Q4_K,
+// imma_q6k_gemm.cu for Q6_K), which give each row the same bits. Up to 32 rows the decode kernel streams each weight once (one
 // group of four 8-row n-tiles); above, it streams it again per 32 rows, while the GEMM reads it
 // once per 64- or 128-row tile and reuses each unpacked fragment for 4 n-tiles.
 bool imma_supports(const Weight& w);

@@ -1,0 +1,350 @@
+// The tiled prefill product for Q6_K weights: imma_q6k.cu's integer tensor-core math for calls of
+// more than kImmaGemmMinRows rows, each output bit-identical to what that kernel computes for the
+// row alone. It is to imma_q6k.cu what imma_gemm.cu is to imma_matmul.cu (read that header too).
+//
+// Why, in numbers (27B shapes, one 512-row prefill product; H200: 132 SMs at ~1.98 GHz).
+//   ffn_down, n_in 17408 -> n_out 5120: weights 5120 x 68 x 210 B = 73.1 MB; activations 8.9 MB of
+//     int8 plus 1.3 MB of scales and per-16 sums; 45.6 G integer multiply-adds = 22.3 M
+//     mma.m16n8k16 (2,048 each) + 2.8 M for the -32 offsets; 2.85 G scale multiply-adds (IMAD,
+//     one per output, row and 16-element group: 64 a clock per SM, 171 us at best, the floor).
+//   attn_v, n_in 5120 -> n_out 1024: weights 4.3 MB, activations 2.6 MB, 2.7 G multiply-adds,
+//     168 M scale IMADs (10 us at best; 64 blocks of 128 x 64: half the SMs, latency-bound).
+//   The decode kernel streams every weight once per 32 activation rows (16 times: 1.17 GB through
+//   L2 for ffn_down) and re-unpacks it each time; the 48 ms that Q6_K products take in a 512-row
+//   prefill of the 27B-shaped mix (32 ffn_down, 8 attn_v) put it at ~60 TOPS, ~1.5 ms per ffn_down.
+//   Here a weight is read once per 64-row tile (585 MB from L2 for ffn_down, plus 408 MB of
+//   activations, once per 128 outputs), each unpacked
+//   fragment serves 4 n-tiles and each activation fragment 2 m-tiles. Expected: about
+//   the Q4_K GEMM's rate less the cost of twice the mma instructions and scale IMADs per
+//   multiply-add (m16n8k16 per 16-element group against m16n8k32 per 32): ~130-160 TOPS, ffn_down
+//   ~0.6-0.7 ms, so the 48 ms become ~22-25 ms.
+//
+// Bit identity. Per (row, output) and super-block both kernels form the same exact integers:
+// isum = sum_j sc_j dot_j (mma sums are exact; the same lane order as the decode kernel, as this
+// uses its activation layout) and off = sum_j sc_j bsum_j (the same two mma on the same byte
+// planes), then the same float operations: acc = fma(dx * d, float(isum - 32 off), acc), acc
+// starting at 0.0f in each slot (slots_of), the slots' sums added in slot order, the first as it
+// is. A running slot sum beside the total gives that order in one pass over the super-blocks;
+// with one super-block a slot (n_in <= 8192) the slot sum is fma(..., 0.0f) and only the total
+// is kept.
+//
+// Shared memory. Weights: per tile row the 53 aligned words [block - rot, block - rot + 212)
+// (q6k_rot: odd super-blocks start at 2 mod 4), copied with 4-byte cp.async so that word i sits
+// where the decode kernel's i-th load reads it, and its lanes' realignment (one PRMT with the
+// next span's word) carries over unchanged. Rows 240 bytes apart (60 words, -4 mod 32 banks): the
+// 8 rows x 4 consecutive words a warp's load touches fall in distinct banks. (16-byte copies of
+// the enclosing aligned range would take 14 copies a row instead of 53, but leave each row's data
+// at its own offset mod 16: 2-way conflicts on fragment loads.) Activations: 256 bytes a
+// row, its 16-byte chunk (c, t) (lane c's quarter t) stored at chunk (4t + c) ^ (4 (row & 1)),
+// so that each quarter-warp of a 16-byte load (two rows, four lanes each) meets eight distinct
+// bank groups; per-16 sums 32 bytes a row, scales 4.
+//
+// Tiles. 128 weight rows x 64 activation rows a block, eight warps of 32 x 32 (MT = 2, NT = 4:
+// 186 registers, no spills; each unpacked weight fragment serves 4 n-tiles, each activation
+// fragment 2 m-tiles), 129 KiB of shared memory with the slot totals (97 KiB without): one block
+// an SM. ffn_down at 512 rows: 320 blocks, 2.4 waves. Warps of 64 x 32 (128 x 128 blocks, half
+// the weight copies per output) spill with the fragments of two quarters held (255 registers).
+#include <type_traits>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/imma_common.cuh"
+#include "backend/cuda/imma_q6k.cuh"
+#include "backend/cuda/imma_tiles.cuh"
+
+namespace df::cuda {
+
+namespace {
+
+constexpr int kWWords = 53;   // aligned words covering a block: [block - rot, block - rot + 212)
+constexpr int kWRow = 240;    // bytes per weight row in shared memory
+constexpr int kXRow = kSb;    // bytes per activation row in shared memory
+constexpr int kSRow = 32;     // bytes of per-16 sums per activation row (4 x uint2)
+constexpr int kStages = 2;    // one super-block computes while the next loads
+
+// One pipeline stage for a BM x BN tile: weights, activations, activation scales, per-16 sums.
+template <int BM, int BN>
+struct Q6kStage {
+  static constexpr int kW = 0;
+  static constexpr int kX = kW + BM * kWRow;
+  static constexpr int kD = kX + BN * kXRow;
+  static constexpr int kS = kD + BN * 4;
+  static constexpr int kBytes = (kS + BN * kSRow + 127) / 128 * 128;
+};
+
+// Where chunk (c, t) of an activation row sits in its shared-memory row (see the header).
+__device__ __forceinline__ int x_chunk(int row, int c, int t) { return (4 * t + c) ^ (4 * (row & 1)); }
+
+template <int MT, int NT, int WM, int WN, bool kMulti>
+__global__ void __launch_bounds__(WM* WN* kWarp, 1)
+    imma_q6k_gemm_kernel(const Segments segs, int n_sb, int per_slot, const int8_t* __restrict__ xq,
+                         const float* __restrict__ xd, const uint2* __restrict__ xs, int rows_pad, int rows) {
+  constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN, kWarps = WM * WN, kThreads = kWarps * kWarp;
+  using S = Q6kStage<BM, BN>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t smem_s = uint32_t(__cvta_generic_to_shared(smem));
+
+  const int tid = int(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp;
+  const int g = lane / 4, c = lane % 4;
+  const int wm0 = (warp / WN) * 16 * MT, wn0 = (warp % WN) * 8 * NT;  // the warp's sub-tile
+  const BlockSegment bs = block_segment(segs, BM);
+  const int r0 = int(blockIdx.x) * BN;
+
+  // Copies of super-block sb into stage st; rows past n_out or rows_pad come in as zeros (their
+  // sources: row 0's, mapped). A warp copies a row's 53 words per pass.
+  auto load_w = [&](int st, int sb) {
+    const uint32_t dst = smem_s + st * S::kBytes + S::kW;
+    const size_t from = size_t(sb) * kQ6kBytes - q6k_rot(sb);
+#pragma unroll 1
+    for (int row = warp; row < BM; row += kWarps) {
+      const bool live = bs.o0 + row < bs.n_out;
+      const uint8_t* src = bs.w + (live ? size_t(bs.o0 + row) * bs.row_bytes + from : 0);
+      cp_async4(dst + row * kWRow + 4 * lane, src + 4 * lane, live);
+      if (lane < kWWords - kWarp) cp_async4(dst + row * kWRow + 4 * (kWarp + lane), src + 4 * (kWarp + lane), live);
+    }
+  };
+  auto load_x = [&](int st, int sb) {
+    const uint32_t dst = smem_s + st * S::kBytes;
+    const size_t base = size_t(sb) * rows_pad;  // row 0 of super-block sb
+#pragma unroll 1
+    for (int i = tid; i < BN * (kSb / 16); i += kThreads) {
+      const int row = i / (kSb / 16), chunk = i % (kSb / 16);  // chunk = 4c + t
+      const bool live = r0 + row < rows_pad;
+      const int8_t* src = xq + (base + (live ? r0 + row : 0)) * kSb + 16 * chunk;
+      cp_async16(dst + S::kX + row * kXRow + 16 * x_chunk(row, chunk / 4, chunk % 4), src, live);
+    }
+    // Scales 4 rows a copy, per-16 sums half a row a copy (rows_pad is a multiple of 8).
+#pragma unroll 1
+    for (int i = tid; i < BN / 4 + 2 * BN; i += kThreads) {
+      if (i < BN / 4) {
+        const bool live = r0 + 4 * i < rows_pad;
+        cp_async16(dst + S::kD + 16 * i, xd + base + (live ? r0 + 4 * i : 0), live);
+      } else {
+        const int row = (i - BN / 4) / 2, half = (i - BN / 4) % 2;
+        const bool live = r0 + row < rows_pad;
+        cp_async16(dst + S::kS + row * kSRow + 16 * half, xs + (base + (live ? r0 + row : 0)) * 4 + 2 * half, live);
+      }
+    }
+  };
+
+  // Weights never change, so the first stage's may load before the previous kernel ends.
+  load_w(0, 0);
+  pdl_wait();
+  pdl_trigger();
+  load_x(0, 0);
+  cp_async_commit();
+
+  // Per output: the running total, and for kMulti the current slot's sum (tot_s: the totals).
+  float run[MT][NT][4];
+  float4* const tot_s = reinterpret_cast<float4*>(smem + kStages * S::kBytes);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) run[mt][nt][j] = 0.0f;
+  bool first_slot = true;
+  int left_in_slot = per_slot;
+  const uint32_t realign = c == 0 ? 0x3254u : 0x3210u;  // odd super-blocks (imma_q6k.cu's header)
+
+  // One super-block from stage st; kRot = q6k_rot(sb), the same for every row of the tile.
+  auto step = [&](auto rot_tag, int st) {
+    constexpr int kRot = decltype(rot_tag)::value;
+    const uint8_t* const wst = smem + st * S::kBytes + S::kW;
+    const uint8_t* const xst = smem + st * S::kBytes + S::kX;
+    // Word i of the window of weight row wm0 + 16 mt + g + 8 h.
+    auto wword = [&](int mt, int h, int i) {
+      return *reinterpret_cast<const uint32_t*>(wst + (wm0 + 16 * mt + g + 8 * h) * kWRow + 4 * i);
+    };
+    // In odd super-blocks lane 0 realigns its word of 16-byte span s with bytes 0, 1 of span
+    // s + 1's first word (the decode kernel's PRMT): the raw word of the lane's next span where
+    // that is loaded anyway, else one more load.
+    auto realigned = [&](uint32_t v, uint32_t next) { return kRot == 0 ? v : __byte_perm(v, next, realign); };
+
+    int isum[MT][NT][4];  // sum_j sc_j * dot_j, exact
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) isum[mt][nt][j] = 0;
+
+    // Half hh: groups 8 hh .. 8 hh + 7, quarters t = 2 hh (low nibbles) and 2 hh + 1 (high), which
+    // take the same ql and qh words. Not unrolled: it keeps the fragments within the registers.
+#pragma unroll 1
+    for (int hh = 0; hh < 2; ++hh) {
+      uint4 b[2][NT];  // per quarter and n-tile: this lane's 16 activation bytes (four groups)
+#pragma unroll
+      for (int q = 0; q < 2; ++q)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          b[q][nt] = *reinterpret_cast<const uint4*>(xst + (wn0 + 8 * nt + g) * kXRow + 16 * x_chunk(g, c, 2 * hh + q));
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        // Rows g, g + 8: this lane's ql words (spans 4 hh + jj) and qh words (spans 8 + 2 hh + m),
+        // and the window words holding the scales of groups 8 hh .. 8 hh + 7 (bytes 192 + kRot + j).
+        uint32_t ql[2][4], qh[2][2], scw[2][3];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          uint32_t raw_l[4], raw_h[2];
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) raw_l[jj] = wword(mt, h, 4 * (4 * hh + jj) + c);
+#pragma unroll
+          for (int m = 0; m < 2; ++m) raw_h[m] = wword(mt, h, 4 * (8 + 2 * hh + m) + c);
+          const uint32_t next_l = kRot == 0 ? 0u : wword(mt, h, 4 * (4 * hh + 4));
+          const uint32_t next_h = kRot == 0 ? 0u : wword(mt, h, 4 * (10 + 2 * hh));
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) ql[h][jj] = realigned(raw_l[jj], jj < 3 ? raw_l[jj + 1] : next_l);
+          qh[h][0] = realigned(raw_h[0], raw_h[1]);
+          qh[h][1] = realigned(raw_h[1], next_h);
+#pragma unroll
+          for (int i = 0; i < 3; ++i) scw[h][i] = i < 2 || kRot != 0 ? wword(mt, h, 48 + 2 * hh + i) : 0u;
+        }
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) {  // group j = 8 hh + 4 q + jj: chunk k = 2q + jj / 2, part m = jj % 2
+            const int k = 2 * q + jj / 2, m = jj % 2, i = 4 * q + jj;
+            const uint32_t a0 = q6_values(ql[0][jj], qh[0][m], k);
+            const uint32_t a1 = q6_values(ql[1][jj], qh[1][m], k);
+            const int byte = kRot + i;  // of the scale words
+            const int sc0 = signed_byte(scw[0][byte / 4], byte % 4), sc1 = signed_byte(scw[1][byte / 4], byte % 4);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              const uint4& x = b[q][nt];
+              const uint32_t bw = jj == 0 ? x.x : jj == 1 ? x.y : jj == 2 ? x.z : x.w;
+              int d[4] = {0, 0, 0, 0};
+              imma_16816<true, false>(d, a0, a1, bw);
+              isum[mt][nt][0] += sc0 * d[0];
+              isum[mt][nt][1] += sc0 * d[1];
+              isum[mt][nt][2] += sc1 * d[2];
+              isum[mt][nt][3] += sc1 * d[3];
+            }
+          }
+      }
+    }
+
+    // Float part, once per super-block and (row, output), as the decode kernel's: the offset
+    // sum_j sc_j * bsum_j from two mma (A: scale slots 4c..4c+3 of rows g, g + 8; B: the high,
+    // then the low byte planes of the per-16 sums), then acc = fma(dx * d, isum - 32 off, acc).
+    const uint8_t* const dsm = smem + st * S::kBytes + S::kD;
+    const uint8_t* const sst = smem + st * S::kBytes + S::kS;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      uint32_t asc[2];
+      float dw[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t w48 = wword(mt, h, 48), w52 = wword(mt, h, 52);
+        asc[h] = kRot != 0 && c == 0 ? __byte_perm(w48, w52, 0x3254) : wword(mt, h, 48 + c);
+        dw[h] = __half2float(__ushort_as_half(static_cast<unsigned short>(kRot == 0 ? w52 & 0xFFFF : w52 >> 16)));
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int col = wn0 + 8 * nt;
+        const uint2 bsum = *reinterpret_cast<const uint2*>(sst + (col + g) * kSRow + 8 * c);
+        const float2 dx = *reinterpret_cast<const float2*>(dsm + 4 * (col + 2 * c));
+        int off[4] = {0, 0, 0, 0};
+        imma_16816<false, false>(off, asc[0], asc[1], bsum.y);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) off[i] *= 256;
+        imma_16816<false, true>(off, asc[0], asc[1], bsum.x);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float scale = __fmul_rn(i % 2 ? dx.y : dx.x, dw[i / 2]);
+          const float v = __int2float_rn(isum[mt][nt][i] - 32 * off[i]);
+          float& r = run[mt][nt][i];
+          if constexpr (kMulti) {
+            r = __fmaf_rn(scale, v, r);
+          } else {  // every super-block is a slot: its sum is fma(scale, v, 0.0f)
+            const float sum = __fmaf_rn(scale, v, 0.0f);
+            r = first_slot ? sum : __fadd_rn(r, sum);
+          }
+        }
+      }
+    }
+  };
+
+  for (int sb = 0; sb < n_sb; ++sb) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage sb landed for all threads; stage sb - 1 is no longer read
+    if (sb + 1 < n_sb) {
+      load_w((sb + 1) % kStages, sb + 1);
+      load_x((sb + 1) % kStages, sb + 1);
+    }
+    cp_async_commit();
+    if (q6k_rot(sb) == 0) step(std::integral_constant<int, 0>{}, sb % kStages);
+    else step(std::integral_constant<int, 2>{}, sb % kStages);
+
+    if constexpr (kMulti) {
+      if (--left_in_slot == 0 || sb + 1 == n_sb) {  // slot end: total (+)= slot sum, in slot order
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            float4& tot = tot_s[(mt * NT + nt) * kThreads + tid];
+            float(&r)[4] = run[mt][nt];
+            tot = first_slot ? make_float4(r[0], r[1], r[2], r[3])
+                             : make_float4(__fadd_rn(tot.x, r[0]), __fadd_rn(tot.y, r[1]), __fadd_rn(tot.z, r[2]),
+                                           __fadd_rn(tot.w, r[3]));
+#pragma unroll
+            for (int j = 0; j < 4; ++j) r[j] = 0.0f;
+          }
+        first_slot = false;
+        left_in_slot = per_slot;
+      }
+    } else {
+      first_slot = false;
+    }
+  }
+
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float v[4] = {run[mt][nt][0], run[mt][nt][1], run[mt][nt][2], run[mt][nt][3]};
+      if constexpr (kMulti) {
+        const float4 tot = tot_s[(mt * NT + nt) * kThreads + tid];
+        v[0] = tot.x, v[1] = tot.y, v[2] = tot.z, v[3] = tot.w;
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t o = bs.o0 + wm0 + 16 * mt + g + 8 * (j / 2);
+        const int r = r0 + wn0 + 8 * nt + 2 * c + j % 2;
+        if (o < bs.n_out && r < rows) bs.y[int64_t(r) * bs.y_stride + o] = v[j];
+      }
+    }
+}
+
+template <int MT, int NT, int WM, int WN, bool kMulti>
+void q6k_gemm_launch(const Segments& segs, int n_sb, int per_slot, const Q6kActs& a, int rows, cudaStream_t s) {
+  constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN;
+  constexpr auto kernel = imma_q6k_gemm_kernel<MT, NT, WM, WN, kMulti>;
+  constexpr size_t smem = kStages * size_t(Q6kStage<BM, BN>::kBytes) + (kMulti ? size_t(BM) * BN * sizeof(float) : 0);
+  // Above the default 48 KiB of dynamic shared memory; all of the unified L1 as shared memory.
+  static const bool smem_ok = [] {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) == cudaSuccess &&
+           cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                int(cudaSharedmemCarveoutMaxShared)) == cudaSuccess;
+  }();
+  (void)smem_ok;  // a failure shows as the launch error, which the caller checks
+  const Segments t = segments_in_blocks_of(segs, BM);
+  launch(kernel, dim3(ceil_div(rows, BN), unsigned(t.first_block[t.n])), dim3(WM * WN * kWarp), smem, s, t, n_sb,
+         per_slot, static_cast<const int8_t*>(a.q), static_cast<const float*>(a.d), static_cast<const uint2*>(a.s),
+         a.rows_pad, rows);
+}
+
+template <int MT, int NT, int WM, int WN>
+void q6k_gemm_launch(const Segments& segs, int n_sb, const Slots& slots, const Q6kActs& a, int rows, cudaStream_t s) {
+  if (slots.per_slot > 1) q6k_gemm_launch<MT, NT, WM, WN, true>(segs, n_sb, slots.per_slot, a, rows, s);
+  else q6k_gemm_launch<MT, NT, WM, WN, false>(segs, n_sb, slots.per_slot, a, rows, s);
+}
+
+}  // namespace
+
+// One block shape: 128 x 64 (eight warps of 32 x 32, see the header).
+void imma_q6k_gemm(const Segments& segs, int64_t n_in, const Q6kActs& a, int rows, cudaStream_t s) {
+  const int n_sb = int(n_in / kSb);
+  q6k_gemm_launch<2, 4, 4, 2>(segs, n_sb, slots_of(n_sb), a, rows, s);
+}
+
+}  // namespace df::cuda
