@@ -1648,5 +1648,71 @@ TEST_F(CudaOps, Q6kGemmRowsEqualDecodeRows) {
     expect_gemm_rows_equal_decode_rows(gpu(), GgmlType::Q6_K, c, 7300 + uint64_t(c.n_in));
 }
 
+// ---------------------------------------------------------------------------------------------
+// The chunked delta rule (deltanet_chunked.cu; the host emulation of its loops is
+// tests/test_gdn_chunk_emulation.cpp): chunked = true against the CPU backend's chunked and
+// recurrent forms from a random nonzero state, out and the final S, with partial last chunks,
+// several pieces (kPieceRows = 1024 rows) and three gate regimes: typical, strong decay (each
+// token's decay e^-10 .. e^-30: a chunk's e^G underflows to 0) and near-1 decay (nothing is
+// forgotten over 4000 rows). Tolerance as GdnDeltaRule: 1e-4 of max|ref| + 1e-4 relative (the
+// emulation's worst case is ~1% of it).
+
+// L2-normalised q (scaled by 1/sqrt(d_k)) and k in every qkv row, as the model feeds them.
+void normalize_qk(std::vector<float>& qkv, int rows, size_t stride, const GdnShape& sh) {
+  for (int r = 0; r < rows; ++r)
+    for (int part = 0; part < 2; ++part)
+      for (int h = 0; h < sh.n_k; ++h) {
+        float* v = qkv.data() + size_t(r) * stride + size_t(part * sh.n_k + h) * sh.d_k;
+        double nn = 0;
+        for (int i = 0; i < sh.d_k; ++i) nn += double(v[i]) * v[i];
+        const double f = (part == 0 ? 1.0 / std::sqrt(double(sh.d_k)) : 1.0) / std::sqrt(nn);
+        for (int i = 0; i < sh.d_k; ++i) v[i] = float(v[i] * f);
+      }
+}
+
+double max_abs_of(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, double(std::fabs(x)));
+  return m;
+}
+
+TEST_F(CudaOps, GdnDeltaRuleChunkedKernels) {
+  struct Regime {
+    const char* name;
+    double g_lo, g_hi;
+  };
+  const Regime regimes[] = {{"typical", -1.5, 0.0}, {"strong decay", -30.0, -10.0}, {"near-1 decay", -1e-3, 0.0}};
+  const GdnShape shapes[] = {{16, 48, 128, 128}, {2, 4, 128, 128}, {1, 2, 64, 64}};
+  Rng rng(18);
+  for (const GdnShape& sh : shapes) {
+    for (int rows : {32, 33, 64, 65, 200, 1000, 4000}) {
+      const size_t cd = size_t(sh.conv_dim()), qs = cd + 5;  // qkv rows with a gap
+      std::vector<float> qkv = strided(rng, rows, int(cd), qs, false);
+      normalize_qk(qkv, rows, qs, sh);
+      Twin<float> qd(be(), qkv);
+      const std::vector<float> poison(size_t(rows) * sh.n_v * sh.d_v, kPoison);
+      for (const Regime& r : regimes) {
+        std::vector<float> g(size_t(rows) * sh.n_v), beta(g.size());
+        for (auto& x : g) x = float(rng.uniform(r.g_lo, r.g_hi));
+        for (auto& x : beta) x = float(rng.uniform(0.05, 0.95));
+        const std::vector<float> S0 = rng.normals(sh.state_floats(), 0.3);
+        Twin<float> gd(be(), g), bd(be(), beta), S(be(), S0), out(be(), poison);
+        Twin<float> S_rec(be(), S0), out_rec(be(), poison);  // the CPU's recurrent form (side 0 only)
+        both([&](Backend& b, int s) { b.gdn_delta_rule(sh, qd[s], qs, gd[s], bd[s], rows, S[s], out[s], true); });
+        be()[0]->gdn_delta_rule(sh, qd[0], qs, gd[0], bd[0], rows, S_rec[0], out_rec[0], false);
+        std::ostringstream tag;
+        tag << r.name << " k" << sh.n_k << " v" << sh.n_v << " dk" << sh.d_k << " dv" << sh.d_v << " rows=" << rows;
+        const auto og = out.get(1), sg = S.get(1);
+        for (bool recurrent : {false, true}) {
+          const auto oc = recurrent ? out_rec.get(0) : out.get(0), sc = recurrent ? S_rec.get(0) : S.get(0);
+          const std::string vs = recurrent ? " vs cpu recurrent " : " vs cpu chunked ";
+          Check("gdn chunked out" + vs + tag.str()).all(og, oc, 1e-4, 1e-4 * max_abs_of(oc));
+          Check("gdn chunked state" + vs + tag.str()).all(sg, sc, 1e-4, 1e-4 * max_abs_of(sc));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace df

@@ -47,6 +47,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(many_scratch_);
   cudaFree(mma_scratch_);
   cudaFree(attn_scratch_);
+  cudaFree(gdn_scratch_);
   cudaFree(argmax_dev_);
   cudaStreamDestroy(as_stream(stream_));
 }
@@ -371,13 +372,22 @@ void CudaBackend::gdn_gates(float* b, float* a, const float* a_coef, const float
   check_launch("gdn_gates");
 }
 
-// `chunked` is accepted and ignored: the recurrent kernel serves both (see deltanet.cu).
+// chunked = true takes the chunked kernels (deltanet_chunked.cu) where they support the shape,
+// the recurrent kernel otherwise (both compute the same function to fp32 round-off).
 void CudaBackend::gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
-                                 const float* beta, int rows, float* S, float* out, bool /*chunked*/,
+                                 const float* beta, int rows, float* S, float* out, bool chunked,
                                  float* row_states) {
   if (rows <= 0 || shape.n_v <= 0) return;
   if (shape.n_k <= 0 || shape.d_k <= 0 || shape.d_v <= 0) fail("gdn_delta_rule: empty head shape");
+  if (row_states && chunked) fail("gdn_delta_rule: per-row states need the recurrent form");
   enter();
+  if (chunked && cuda::gdn_chunked_supports(shape)) {
+    ensure_scratch(gdn_scratch_, gdn_scratch_cap_, cuda::gdn_chunked_scratch_bytes(shape, rows), "gdn_delta_rule");
+    cuda::gdn_delta_rule_chunked(shape, qkv, qkv_stride, g, beta, rows, S, out, static_cast<float*>(gdn_scratch_),
+                                 as_stream(stream_));
+    check_launch("gdn_delta_rule (chunked)");
+    return;
+  }
   cuda::gdn_delta_rule(shape, qkv, qkv_stride, g, beta, rows, S, out, row_states, as_stream(stream_));
   check_launch("gdn_delta_rule");
 }

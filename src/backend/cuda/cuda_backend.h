@@ -74,8 +74,8 @@ class CudaBackend : public Backend {
   const int32_t* argmax_launch(const float* x, int rows, int n, size_t stride);
   const int32_t* argmax_results() const { return argmax_dev_; }
   // Counts reallocations of the buffers that launches use without them being op arguments
-  // (matmul scratch, copy bounce, argmax results, block table): a CUDA graph captured under
-  // one generation may hold pointers freed in a later one.
+  // (matmul and delta-rule scratch, copy bounce, argmax results, block table): a CUDA graph
+  // captured under one generation may hold pointers freed in a later one.
   uint64_t buffers_generation_ = 0;
 
  private:
@@ -98,6 +98,8 @@ class CudaBackend : public Backend {
   size_t mma_scratch_cap_ = 0;    // in bytes
   void* attn_scratch_ = nullptr;  // per-chunk partials of the split decode attention (grow-only)
   size_t attn_scratch_cap_ = 0;   // in bytes
+  void* gdn_scratch_ = nullptr;  // per-chunk records of the chunked delta rule (grow-only)
+  size_t gdn_scratch_cap_ = 0;    // in bytes
   int32_t* argmax_dev_ = nullptr;  // argmax_rows results before the download (grow-only)
   int argmax_cap_ = 0;
 };

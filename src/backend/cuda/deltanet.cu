@@ -1,9 +1,9 @@
 // Gated DeltaNet ops: causal conv1d + SiLU with its state, per-head L2 norm, the gates, and the
 // delta rule.
 //
-// gdn_delta_rule runs the recurrent form for every call, including chunked = true (prefill):
-// both forms compute the same function to fp32 round-off (backend.h), and the chunked WY form
-// on tensor cores is the later speed step. Each thread owns one value column j of one head's
+// gdn_delta_rule here is the recurrent form (decode, verify, and chunked = true for shapes that
+// deltanet_chunked.cu does not take; both forms compute the same function to fp32 round-off,
+// backend.h). Each thread owns one value column j of one head's
 // state S[h][.][j]: per token it decays and reads the column (m = S^T k), applies the delta
 // update and reads the output (o = S^T q), so columns never communicate and the only barrier
 // is the per-token load of q and k into shared memory. S stays in global memory (L2-resident:

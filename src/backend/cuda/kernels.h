@@ -101,6 +101,12 @@ void l2_norm_heads(float* x, size_t row_stride, int rows, int n_heads, int dim, 
 void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v, cudaStream_t s);
 void gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g, const float* beta,
                     int rows, float* S, float* out, float* row_states, cudaStream_t s);
+// deltanet_chunked.cu -- the chunked (WY) form for prefill, for the shapes gdn_chunked_supports
+// takes; scratch: gdn_chunked_scratch_bytes(shape, rows) of device memory (no per-row states).
+bool gdn_chunked_supports(const GdnShape& shape);
+size_t gdn_chunked_scratch_bytes(const GdnShape& shape, int rows);
+void gdn_delta_rule_chunked(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
+                            const float* beta, int rows, float* S, float* out, float* scratch, cudaStream_t s);
 
 // argmax.cu -- out[r] (device) = argmax of the first n values of row r (x + r * stride) (ties: lowest index; NaN never wins; 0 if all NaN).
 void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out, cudaStream_t s);
