@@ -397,8 +397,11 @@ void Engine::finish_spec_part(Active& a, size_t li0, int row0, int n, bool ids) 
     a.logits.assign(out_.logits.begin() + long((li0 + size_t(w.next_row)) * V),
                     out_.logits.begin() + long((li0 + size_t(w.next_row) + 1) * V));
   a.next = w.next;
-  model_.commit(*state_, a.seq, w.kept);
-  a.drafts->on_target_rows_from(row0, w.kept);
+  {
+    StepScope step(model_.backend());  // the rollback copies and the drafter's ingest: one graph
+    model_.commit(*state_, a.seq, w.kept);
+    a.drafts->on_target_rows_from(row0, w.kept);
+  }
   a.policy.record(now_seconds() - step_t0_, w.kept, n);
 }
 

@@ -103,8 +103,9 @@ std::unique_ptr<SequenceStore> DraftModel::make_state(int n_seqs, int ctx) const
 void DraftModel::store_context_kv(const DraftLayerWeights& L, int rows, const SeqKv& seq, const KvLayerView& kv) {
   Scratch& s = *s_;
   const int D = hp_.head_dim, Hkv = hp_.n_head_kv;
-  be_.matmul(L.wk, s.fused, rows, s.k);
-  be_.matmul(L.wv, s.fused, rows, s.v);
+  const Weight* kv_w[] = {&L.wk, &L.wv};
+  float* kv_y[] = {s.k, s.v};
+  be_.matmul_shared_input(kv_w, kv_y, 2, s.fused, rows);
   be_.rms_norm(s.k, size_t(D), L.k_norm, rows * Hkv, D, hp_.rms_eps, s.k, size_t(D));
   be_.rope_neox(s.k, size_t(Hkv) * D, size_t(D), rows, Hkv, s.pos, D, hp_.rope_theta);
   be_.kv_store(kv, seq, s.k, s.v, s.slots, rows);
@@ -141,14 +142,15 @@ void DraftModel::ingest(SequenceStore& st, int seq, const float* features, int r
   }
 }
 
+// One block layer; s.u holds the layer's normed input (attn_norm of s.x) on entry. The FFN's
+// residual add is left to the caller, fused with the norm that reads its sum.
 void DraftModel::layer(const DraftLayerWeights& L, int B, const SeqKv& seq, const KvLayerView& kv) {
   Scratch& s = *s_;
   const int H = hp_.n_head, Hkv = hp_.n_head_kv, D = hp_.head_dim;
   const size_t E = size_t(hp_.n_embd), HD = size_t(H) * D, KVD = size_t(Hkv) * D;
-  be_.rms_norm(s.x, E, L.attn_norm, B, int(E), hp_.rms_eps, s.u, E);
-  be_.matmul(L.wq, s.u, B, s.q);
-  be_.matmul(L.wk, s.u, B, s.k);
-  be_.matmul(L.wv, s.u, B, s.v);
+  const Weight* qkv_w[] = {&L.wq, &L.wk, &L.wv};
+  float* qkv_y[] = {s.q, s.k, s.v};
+  be_.matmul_shared_input(qkv_w, qkv_y, 3, s.u, B);
   be_.rms_norm(s.q, size_t(D), L.q_norm, B * H, D, hp_.rms_eps, s.q, size_t(D));
   be_.rms_norm(s.k, size_t(D), L.k_norm, B * Hkv, D, hp_.rms_eps, s.k, size_t(D));
   be_.rope_neox(s.q, HD, size_t(D), B, H, s.pos, D, hp_.rope_theta);
@@ -157,13 +159,12 @@ void DraftModel::layer(const DraftLayerWeights& L, int B, const SeqKv& seq, cons
   // Every block row's visible range ends at the block's last position: bidirectional block.
   be_.attention(s.q, HD, size_t(D), B, s.bound, H, kv, seq, 1.0f / std::sqrt(float(D)), s.attn);
   be_.matmul(L.wo, s.attn, B, s.tmp);
-  be_.add(s.x, s.tmp, int64_t(B) * int64_t(E));
-  be_.rms_norm(s.x, E, L.ffn_norm, B, int(E), hp_.rms_eps, s.u, E);
-  be_.matmul(L.ffn_gate, s.u, B, s.gate);
-  be_.matmul(L.ffn_up, s.u, B, s.up);
+  be_.add_rms_norm(s.x, s.tmp, L.ffn_norm, B, int(E), hp_.rms_eps, s.u, E);
+  const Weight* gate_up_w[] = {&L.ffn_gate, &L.ffn_up};
+  float* gate_up_y[] = {s.gate, s.up};
+  be_.matmul_shared_input(gate_up_w, gate_up_y, 2, s.u, B);
   be_.swiglu(s.gate, s.up, int64_t(B) * hp_.n_ff, s.gate);
-  be_.matmul(L.ffn_down, s.gate, B, s.tmp);
-  be_.add(s.x, s.tmp, int64_t(B) * int64_t(E));
+  be_.matmul(L.ffn_down, s.gate, B, s.tmp);  // s.x += s.tmp: the caller's add_rms_norm
 }
 
 void DraftModel::draft(SequenceStore& st, int seq, int32_t anchor, std::vector<float>& logits) {
@@ -207,10 +208,17 @@ void DraftModel::run_block(SequenceStore& st, int seq, int32_t anchor) {
   be_.upload(s.bound, s.h_bound.data(), size_t(B) * sizeof(int32_t));
   be_.embed(target_.token_embedding(), s.tokens, B, s.x);
   const SeqKv sk{q.block_table.data(), int(q.block_table.size())};
-  for (size_t l = 0; l < layers_.size(); ++l) layer(layers_[l], B, sk, st.kv()->layer(int(l)));
+  // Each layer's FFN residual add is fused with the norm that reads it: the next layer's
+  // attn_norm, after the last layer the output norm (into s.lhid, all B rows).
+  be_.rms_norm(s.x, E, layers_.front().attn_norm, B, int(E), hp_.rms_eps, s.u, E);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    layer(layers_[l], B, sk, st.kv()->layer(int(l)));
+    const bool last = l + 1 == layers_.size();
+    be_.add_rms_norm(s.x, s.tmp, last ? output_norm_ : layers_[l + 1].attn_norm, B, int(E), hp_.rms_eps,
+                     last ? s.lhid : s.u, E);
+  }
   // Row 0 is the anchor itself; rows 1..B-1 are the proposals.
-  be_.rms_norm(s.x + E, E, output_norm_, B - 1, int(E), hp_.rms_eps, s.lhid, E);
-  be_.matmul(target_.lm_head(), s.lhid, B - 1, s.logits);
+  be_.matmul(target_.lm_head(), s.lhid + E, B - 1, s.logits);
 }
 
 }  // namespace df

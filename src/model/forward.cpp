@@ -137,6 +137,7 @@ void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& 
   be_.upload(s.tokens, s.h_tokens.data(), size_t(R) * sizeof(int32_t));
   be_.upload(s.pos, s.h_pos.data(), size_t(R) * sizeof(int32_t));
   const size_t E = size_t(hp_.n_embd);
+  checkpoint_conv_windows(st);
   be_.embed(tok_embd_, s.tokens, R, s.x);
   // Each residual add is fused with the norm that reads its result (the next layer's input
   // norm after the FFN), except the last, whose norm runs per logit row below.
@@ -174,9 +175,14 @@ void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& 
   out.greedy.resize(greedy ? size_t(n_logits) : 0);
   for (int i0 = 0; i0 < n_logits; i0 += opt_.max_logit_rows) {
     const int n = std::min(opt_.max_logit_rows, n_logits - i0);
-    for (int i = 0; i < n; ++i)
-      be_.rms_norm(s.x + size_t(out.logit_rows[size_t(i0 + i)]) * E, E, output_norm_, 1, int(E), hp_.rms_eps,
-                   s.lhid + size_t(i) * E, E);
+    // Runs of consecutive rows (a verify block, one row per decoding sequence) in one launch each.
+    for (int i = 0; i < n;) {
+      const int r0 = out.logit_rows[size_t(i0 + i)];
+      int run = 1;
+      while (i + run < n && out.logit_rows[size_t(i0 + i + run)] == r0 + run) ++run;
+      be_.rms_norm(s.x + size_t(r0) * E, E, output_norm_, run, int(E), hp_.rms_eps, s.lhid + size_t(i) * E, E);
+      i += run;
+    }
     be_.matmul(output_, s.lhid, n, s.logits);
     if (greedy)
       be_.argmax_rows(s.logits, n, out.greedy_only, V, out.greedy.data() + i0);
@@ -224,11 +230,9 @@ void TargetModel::deltanet_layer(const LayerWeights& L, const Batch& batch, Sequ
   const int hist = hp_.ssm_conv_kernel - 1;
   for (const auto& sg : s.segs) {
     const int slot = st.get(sg.seq).recurrent_slot;
-    if (sg.speculative) {  // keep [window before ; segment inputs] so commit can rebuild any window
-      float* h = rec.conv_history(slot, L.gdn_index);
-      be_.copy(h, rec.conv(slot, L.gdn_index), size_t(hist) * CD * sizeof(float));
-      be_.copy(h + size_t(hist) * CD, s.qkv + sg.begin * CD, size_t(sg.n) * CD * sizeof(float));
-    }
+    if (sg.speculative)  // after the window before (checkpoint_conv_windows): the segment's inputs
+      be_.copy(rec.conv_history(slot, L.gdn_index) + size_t(hist) * CD, s.qkv + sg.begin * CD,
+               size_t(sg.n) * CD * sizeof(float));
     be_.conv1d_silu(s.qkv + sg.begin * CD, CD, sg.n, int(CD), L.conv_w, hp_.ssm_conv_kernel,
                     rec.conv(slot, L.gdn_index), s.conv + sg.begin * CD, CD);
   }
@@ -246,6 +250,20 @@ void TargetModel::deltanet_layer(const LayerWeights& L, const Batch& batch, Sequ
   be_.matmul(L.ssm_out, s.gdn, R, s.tmp);
 }
 
+// Speculative segments keep [window before ; segment inputs] per DeltaNet layer so commit can
+// rebuild the window after any kept prefix. The windows before are copied for every layer at
+// once, before any layer's conv moves them: one strided copy per segment, not one per layer.
+void TargetModel::checkpoint_conv_windows(SequenceStore& st) {
+  if (n_gdn_ == 0) return;
+  RecurrentPool& rec = *st.recurrent();
+  for (const auto& sg : s_->segs) {
+    if (!sg.speculative) continue;
+    const int slot = st.get(sg.seq).recurrent_slot;
+    be_.copy_2d(rec.conv_history(slot, 0), rec.checkpoint_layer_stride() * sizeof(float), rec.conv(slot, 0),
+                rec.layer_stride() * sizeof(float), rec.conv_floats() * sizeof(float), n_gdn_);
+  }
+}
+
 void TargetModel::ffn(const LayerWeights& L, int rows) {
   Scratch& s = *s_;
   const Weight* gate_up_w[] = {&L.ffn_gate, &L.ffn_up};
@@ -261,16 +279,18 @@ void TargetModel::commit(SequenceStore& st, int seq, int n_keep) {
   if (n_keep < 1 || n_keep > q.spec_rows)
     fail("commit of {} rows: the speculative segment has {}", n_keep, q.spec_rows);
   if (n_gdn_ > 0 && n_keep < q.spec_rows) {
+    // Two strided copies over every DeltaNet layer, as one step: a CUDA graph per n_keep, and
+    // callers may put the drafter's ingest of the kept rows in the same step.
+    StepScope step(be_);
     RecurrentPool& rec = *st.recurrent();
+    const int slot = q.recurrent_slot;
     const size_t CD = size_t(gdn_shape().conv_dim());
-    const size_t hist = size_t(hp_.ssm_conv_kernel - 1);
-    for (int l = 0; l < n_gdn_; ++l) {
-      be_.copy(rec.state(q.recurrent_slot, l), rec.row_states(q.recurrent_slot, l) + size_t(n_keep - 1) * rec.state_floats(),
-               rec.state_floats() * sizeof(float));
-      // The window after row n_keep-1 is rows [n_keep, n_keep + K-1) of [old window ; inputs].
-      be_.copy(rec.conv(q.recurrent_slot, l), rec.conv_history(q.recurrent_slot, l) + size_t(n_keep) * CD,
-               hist * CD * sizeof(float));
-    }
+    const size_t pitch = rec.layer_stride() * sizeof(float), ck_pitch = rec.checkpoint_layer_stride() * sizeof(float);
+    be_.copy_2d(rec.state(slot, 0), pitch, rec.row_states(slot, 0) + size_t(n_keep - 1) * rec.state_floats(), ck_pitch,
+                rec.state_floats() * sizeof(float), n_gdn_);
+    // The window after row n_keep-1 is rows [n_keep, n_keep + K-1) of [old window ; inputs].
+    be_.copy_2d(rec.conv(slot, 0), pitch, rec.conv_history(slot, 0) + size_t(n_keep) * CD, ck_pitch,
+                rec.conv_floats() * sizeof(float), n_gdn_);
   }
   q.n_past = q.spec_begin + n_keep;
   q.spec_begin = -1;

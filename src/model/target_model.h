@@ -65,7 +65,9 @@ class TargetModel {
   void forward(const Batch& batch, SequenceStore& state, ForwardOutput& out);
   // Keeps the first n_keep rows (1..rows) of the sequence's speculative segment: the recurrent
   // state and conv window become those after row n_keep-1 (copied from checkpoints, no
-  // recomputation) and later KV rows are left uncommitted.
+  // recomputation) and later KV rows are left uncommitted. The copies are one step (StepScope);
+  // a caller may open an outer step around the commit and the drafter's ingest of the kept rows,
+  // so that CUDA replays both as one graph.
   void commit(SequenceStore& state, int seq, int n_keep);
 
   // Hidden-state capture for a drafter: after set_feature_layers(ids), every forward writes, for
@@ -84,6 +86,7 @@ class TargetModel {
   void bind(const gguf::File& f);
   void attention_layer(const LayerWeights& L, const Batch& b, SequenceStore& st);
   void deltanet_layer(const LayerWeights& L, const Batch& b, SequenceStore& st);
+  void checkpoint_conv_windows(SequenceStore& st);
   void ffn(const LayerWeights& L, int rows);
   void capture_features(int layer, int rows);
 

@@ -121,8 +121,11 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
     const spec::BlockWalk w = argmax_only ? spec::walk_block_greedy(out_.greedy, drafts, on_accept)
                                           : spec::walk_block(out_.logits, V, drafts, qs, greedy, sampler, rng, on_accept);
     const int kept = w.kept;
-    if (n > 0) model_.commit(*state_, seq_, kept);
-    drafts_.on_target_rows(kept);
+    {
+      StepScope step(model_.backend());  // the rollback copies and the drafter's ingest: one graph
+      if (n > 0) model_.commit(*state_, seq_, kept);
+      drafts_.on_target_rows(kept);
+    }
     if (n > 0) {
       st.draft_steps++;
       st.drafted_tokens += n;

@@ -32,6 +32,10 @@ class RecurrentPool {
   }
   size_t state_floats() const { return state_floats_; }
   size_t conv_floats() const { return conv_floats_; }
+  // Floats from one layer's state (or conv window) to the next layer's in a slot, and from one
+  // layer's checkpoints to the next's: one strided copy (copy_2d) moves a piece of every layer.
+  size_t layer_stride() const { return layer_floats_; }
+  size_t checkpoint_layer_stride() const { return checkpoint_layer_floats_; }
 
   int alloc_slot();  // -1 when exhausted; the slot is zeroed
   void free_slot(int slot);
