@@ -3,8 +3,8 @@
 // attention: one block of 4 warps per (head, query row). Warp w takes positions w, w+4, ...
 // with its own online softmax (running max m, sum l, accumulator in shared memory), then the
 // four partial results are merged. Each position's K and V head vectors are read once per
-// query head. Simple and exact in fp32; flash-style tiling over query rows and heads of a GQA
-// group (reading K/V once per group) is the speed work for later.
+// query head. Simple and exact in fp32: every call of up to kFlashMinRows rows, and any call
+// flash_attention.cu does not take (f32 and q8_0 caches, other head dims).
 //
 // q8_0 rows must be the bytes the CPU backend writes (quantize_row: ggml's reference rounding,
 // src/quant/activation_quant.cpp), so kv_store mirrors it operation by operation with explicitly
@@ -15,6 +15,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_slot.cuh"
 
 namespace df::cuda {
 
@@ -22,16 +23,6 @@ namespace {
 
 constexpr int kAttnWarps = 4;
 constexpr int kQ8Block = 32, kQ8Bytes = 34;  // elements and bytes of a Q8_0 block
-
-// Token slot of position p in the cache (block id * block_tokens + offset), or -1 when p has no
-// block: beyond the table, or a negative entry (CUDA graphs pad tables with -1 to a bucket
-// length, so a graph serves a growing table; cuda_graphs.cpp).
-__device__ __forceinline__ int64_t kv_slot(const int32_t* table, int n_blocks, int block_tokens, int p) {
-  const int b = p / block_tokens;
-  if (p < 0 || b >= n_blocks) return -1;
-  const int32_t block = table[b];
-  return block < 0 ? -1 : int64_t(block) * block_tokens + p % block_tokens;
-}
 
 // Element j of a K/V head row stored at p, for each storage format.
 struct ReadF32 {
@@ -198,6 +189,10 @@ void kv_store(const KvLayerView& kv, const int32_t* table, int n_blocks, const f
 
 void attention(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos, int n_head,
                const KvLayerView& kv, const int32_t* table, int n_blocks, float scale, float* out, cudaStream_t s) {
+  if (rows > kFlashMinRows && flash_attention_supports(kv)) {  // prefill: tensor cores (flash_attention.cu)
+    flash_attention(q, q_row_stride, q_head_stride, rows, pos, n_head, kv, table, n_blocks, scale, out, s);
+    return;
+  }
   switch (kv.type) {
     case GgmlType::F32:
       launch_attention<ReadF32>(q, q_row_stride, q_head_stride, rows, pos, n_head, kv, table, n_blocks, scale, out, s);
