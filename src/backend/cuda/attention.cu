@@ -1,11 +1,12 @@
 // Paged KV cache: store and causal GQA attention, f16, f32 or q8_0 storage (KvLayerView::type).
 //
-// attention (calls of more than kSplitMaxRows rows; fewer take the split kernel of
-// attention_decode.cu): one block of 4 warps per (head, query row). Warp w takes positions w, w+4, ...
-// with its own online softmax (running max m, sum l, accumulator in shared memory), then the
-// four partial results are merged. Each position's K and V head vectors are read once per
-// query head. Simple and exact in fp32; flash-style tiling over query rows and heads of a GQA
-// group (reading K/V once per group) is the speed work for later.
+// attention: calls of at most kSplitMaxRows rows (decode, verify) take the split kernel of
+// attention_decode.cu; longer f16-cache calls of head dim 64, 128 or 256 take the flash kernel
+// of flash_attention.cu; the rest (prompts on f32 and q8_0 caches, other head dims) take the
+// one-pass kernel here: one block of 4 warps per (head, query row). Warp w takes positions w,
+// w+4, ... with its own online softmax (running max m, sum l, accumulator in shared memory),
+// then the four partial results are merged. Each position's K and V head vectors are read once
+// per query head. Simple and exact in fp32.
 //
 // q8_0 rows must be the bytes the CPU backend writes (quantize_row: ggml's reference rounding,
 // src/quant/activation_quant.cpp), so kv_store mirrors it operation by operation with explicitly
@@ -121,6 +122,10 @@ void kv_store(const KvLayerView& kv, const int32_t* table, int n_blocks, const f
 
 void attention(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos, int n_head,
                const KvLayerView& kv, const int32_t* table, int n_blocks, float scale, float* out, cudaStream_t s) {
+  if (rows > kFlashMinRows && flash_attention_supports(kv)) {  // prefill: tensor cores (flash_attention.cu)
+    flash_attention(q, q_row_stride, q_head_stride, rows, pos, n_head, kv, table, n_blocks, scale, out, s);
+    return;
+  }
   switch (kv.type) {
     case GgmlType::F32:
       launch_attention<ReadF32>(q, q_row_stride, q_head_stride, rows, pos, n_head, kv, table, n_blocks, scale, out, s);

@@ -93,6 +93,17 @@ void attention_split(const float* q, size_t q_row_stride, size_t q_head_stride, 
                      int n_head, const KvLayerView& kv, const int32_t* block_table, int n_blocks, float scale,
                      void* scratch, float* out, cudaStream_t s);
 
+// flash_attention.cu -- attention() takes it for calls of more than kFlashMinRows rows on an f16
+// cache of head dim 64, 128 or 256 (flash_attention_supports): tensor cores, q, K, V and the
+// softmax weights rounded to f16, fp32 softmax; a row's bits do not depend on the other rows of
+// the call. Up to kFlashMinRows rows (decode, speculative verify) keep attention.cu's fp32
+// kernel, whose rows are bit-identical whatever the batch.
+constexpr int kFlashMinRows = 32;
+bool flash_attention_supports(const KvLayerView& kv);
+void flash_attention(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos,
+                     int n_head, const KvLayerView& kv, const int32_t* block_table, int n_blocks, float scale,
+                     float* out, cudaStream_t s);
+
 // deltanet.cu
 void conv1d_silu(const float* x, size_t x_stride, int rows, int channels, const float* w, int kernel, float* state,
                  float* out, size_t out_stride, cudaStream_t s);
