@@ -40,6 +40,8 @@
 //                  2e-3 of max|V| + 2e-3 rel, relative L2 < 2e-3 (see FlashAttentionPrefill);
 //                  a row bit-identical whatever the other rows of the call.
 //   conv1d_silu    K products and expf: 1e-6 + 1e-5 relative.
+//   fused ops      add_rms_norm, qk_norm_rope, gdn_conv_norm_gates: bit-exact against the
+//                  separate CUDA ops they replace; against the CPU, those ops' bounds combined.
 //   delta rule     d_k-term dots per token, over many tokens, through a contraction (|k| = 1,
 //                  0 < beta < 1, decay < 1); and the CPU's chunked form for chunked = true:
 //                  1e-4 of max|out| + 1e-4 relative; per-row checkpoints (row_states) the same
@@ -1908,6 +1910,153 @@ TEST_F(CudaOps, FlashAttentionMissingBlock) {
     EXPECT_EQ(bad_bits, 0) << tag << ": rows that need no missing block differ from the complete table's";
     std::cout << "[cuda-err] flash missing block " << std::left << std::setw(41) << tag << std::right << " " << nan_rows
               << " NaN rows" << (bad_nan + bad_bits == 0 ? ", others bit-exact" : "  FAILED") << "\n";
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fused small ops of a decode step: bit for bit the separate CUDA ops, and the CPU within the
+// separate ops' bounds.
+
+const int kFusedRows[] = {1, 2, 7, 16, 32, 33, 100};  // 32: the longest one-kernel segment
+
+struct GdnPrepCase {
+  GdnShape sh;
+  int kernel;
+};
+
+// gdn_conv_norm_gates (one kernel up to 32 rows) against conv1d_silu + l2_norm_heads (q, k) +
+// gdn_gates on CUDA: output rows, gaps, conv state, beta and alpha memcmp-equal; and against the
+// CPU: conv channels 1e-5 relative + 1e-6 (Conv1dSilu's bound); normed q/k channels that plus
+// the norm's 2 red_tol(d_k) + 16 u, with the conv's absolute part carried through the norm
+// (1e-6 |scale| / |head| per element, bounded here by 2e-6); gates 4e-6 relative; state exact.
+// Calls chain over the row counts, so the state carries over on all three sides.
+TEST_F(CudaOps, GdnConvNormGatesEqualsSeparateOps) {
+  const std::vector<GdnPrepCase> cases = {{{16, 48, 128, 128}, 4},  // the 27B shape
+                                          {{2, 3, 7, 5}, 3},
+                                          {{1, 2, 33, 40}, 2},
+                                          {{3, 1, 32, 96}, 1}};  // no state
+  Rng rng(31);
+  const float eps = 1e-6f;
+  for (const auto& c : cases) {
+    const GdnShape& sh = c.sh;
+    const int cd = sh.conv_dim(), K = c.kernel, nv = sh.n_v;
+    const size_t qk = size_t(sh.n_k) * sh.d_k;
+    const float q_scale = 1.0f / std::sqrt(float(sh.d_k));
+    std::vector<float> w = rng.normals(size_t(cd) * K, 0.5);
+    for (size_t j = 0; j < size_t(sh.d_k) * K; ++j) w[qk * K + j] = 0.0f;  // k head 0 all zero: the eps branch
+    const std::vector<float> state0 = rng.normals(size_t(K - 1) * cd);
+    std::vector<float> coef(static_cast<size_t>(nv)), bias(static_cast<size_t>(nv));
+    for (int h = 0; h < nv; ++h) coef[size_t(h)] = -float(std::exp(rng.normal())), bias[size_t(h)] = float(rng.normal());
+    Twin<float> wd(be(), w), cf(be(), coef), bs(be(), bias), state(be(), state0), state_sep(be(), state0);
+    std::ostringstream shape_tag;
+    shape_tag << "k" << sh.n_k << " v" << sh.n_v << " dk" << sh.d_k << " dv" << sh.d_v << " K=" << K;
+    for (int rows : kFusedRows) {
+      const size_t xs = size_t(cd) + 5, os = size_t(cd) + 3;
+      const std::vector<float> x0 = strided(rng, rows, cd, xs, false), out0 = strided(rng, rows, cd, os, true);
+      std::vector<float> b0 = rng.normals(size_t(rows) * nv, 3.0), a0 = rng.normals(size_t(rows) * nv, 8.0);
+      a0[0] = 30.0f;  // softplus's linear branch
+      if (a0.size() > 1) a0[1] = -30.0f;
+      Twin<float> x(be(), x0), out(be(), out0), beta(be(), b0), alpha(be(), a0);
+      Twin<float> out_sep(be(), out0), beta_sep(be(), b0), alpha_sep(be(), a0);
+      both([&](Backend& b, int s) {
+        b.gdn_conv_norm_gates(sh, x[s], xs, rows, wd[s], K, state[s], out[s], os, eps, q_scale, beta[s], alpha[s],
+                              cf[s], bs[s]);
+      });
+      Backend& g = gpu();  // the separate CUDA ops, on copies of the same inputs
+      g.conv1d_silu(x[1], xs, rows, cd, wd[1], K, state_sep[1], out_sep[1], os);
+      g.l2_norm_heads(out_sep[1], os, rows, sh.n_k, sh.d_k, eps, q_scale);
+      g.l2_norm_heads(out_sep[1] + qk, os, rows, sh.n_k, sh.d_k, eps, 1.0f);
+      g.gdn_gates(beta_sep[1], alpha_sep[1], cf[1], bs[1], rows, nv);
+      g.synchronize();
+      const std::string tag = shape_tag.str() + " rows=" + std::to_string(rows);
+      const auto got = out.get(1), want = out.get(0);
+      Check("gdn_conv_norm_gates out vs separate CUDA ops " + tag).exact(got, out_sep.get(1));
+      Check("gdn_conv_norm_gates state vs separate CUDA ops " + tag).exact(state.get(1), state_sep.get(1));
+      Check("gdn_conv_norm_gates beta vs separate CUDA ops " + tag).exact(beta.get(1), beta_sep.get(1));
+      Check("gdn_conv_norm_gates alpha vs separate CUDA ops " + tag).exact(alpha.get(1), alpha_sep.get(1));
+      Check vs_cpu("gdn_conv_norm_gates out vs CPU " + tag);
+      const double norm_rtol = 1e-5 + 2 * red_tol(sh.d_k) + 16 * kU;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const size_t ch = i % os;
+        const double rtol = ch < 2 * qk ? norm_rtol : 1e-5, atol = ch < 2 * qk ? 2e-6 : 1e-6;
+        vs_cpu.add(got[i], want[i], atol + rtol * std::fabs(double(want[i])), i);
+      }
+      Check("gdn_conv_norm_gates state vs CPU " + tag).exact(state.get(1), state.get(0));
+      Check("gdn_conv_norm_gates beta vs CPU " + tag).all(beta.get(1), beta.get(0), 4e-6, 0);
+      Check("gdn_conv_norm_gates alpha vs CPU " + tag).all(alpha.get(1), alpha.get(0), 4e-6, 0);
+    }
+  }
+}
+
+struct QkRopeCase {
+  int head_dim, n_head, n_head_kv, n_rot;
+  bool gated_q;       // q heads interleaved with their gates (stride 2 head_dim), as qwen35
+  bool misaligned_k;  // k 4 bytes off 16-byte alignment: its norm takes the scalar path, q's not
+};
+
+// qk_norm_rope (one kernel) against rms_norm (q, k) + rope_neox (q, k) on CUDA, memcmp-equal over
+// the whole buffers (gates between q heads untouched); and against the CPU: a rotated pair
+// carries the norm's relative error 2 red_tol(dim) + 16 u of both its inputs, so each element's
+// bound is that times sqrt(2) |pair| (|pair| = the CPU pair's length, which the rotation keeps),
+// plus RopeNeox's 4e-6 (1 + |want|); unrotated elements the norm's bound alone.
+TEST_F(CudaOps, QkNormRopeEqualsSeparateOps) {
+  const std::vector<QkRopeCase> cases = {{256, 24, 4, 64, true, false},  // the 27B shape
+                                         {128, 8, 2, 128, false, false}, {64, 3, 1, 16, true, true},
+                                         {7, 3, 1, 6, false, false},     {12, 2, 2, 0, true, false}};
+  Rng rng(32);
+  const float eps = 1e-6f, theta = 10000000.0f;
+  for (const auto& c : cases) {
+    const int D = c.head_dim;
+    const size_t qhs = size_t(c.gated_q ? 2 : 1) * D, qrs = qhs * c.n_head, krs = size_t(c.n_head_kv) * D;
+    const size_t k_off = c.misaligned_k ? 1 : 0;
+    Twin<float> qw(be(), rng.normals(size_t(D), 0.5)), kw(be(), rng.normals(size_t(D), 0.5));
+    for (int rows : kFusedRows) {
+      std::vector<int32_t> pos(static_cast<size_t>(rows));
+      std::iota(pos.begin(), pos.end(), int32_t(rng.integer(0, 200000)));
+      const std::vector<float> q0 = rng.normals(size_t(rows) * qrs), k0 = rng.normals(size_t(rows) * krs + k_off);
+      Twin<float> q(be(), q0), k(be(), k0), q_sep(be(), q0), k_sep(be(), k0);
+      Twin<int32_t> p(be(), pos);
+      both([&](Backend& b, int s) {
+        b.qk_norm_rope(q[s], qhs, c.n_head, qw[s], k[s] + k_off, c.n_head_kv, kw[s], rows, D, eps, p[s], c.n_rot,
+                       theta);
+      });
+      Backend& g = gpu();
+      float* ks = k_sep[1] + k_off;
+      g.rms_norm(q_sep[1], qhs, qw[1], rows * c.n_head, D, eps, q_sep[1], qhs);
+      g.rms_norm(ks, size_t(D), kw[1], rows * c.n_head_kv, D, eps, ks, size_t(D));
+      g.rope_neox(q_sep[1], qrs, qhs, rows, c.n_head, p[1], c.n_rot, theta);
+      g.rope_neox(ks, krs, size_t(D), rows, c.n_head_kv, p[1], c.n_rot, theta);
+      g.synchronize();
+      std::ostringstream tag;
+      tag << "hd=" << D << " h=" << c.n_head << "/" << c.n_head_kv << " rot=" << c.n_rot
+          << (c.gated_q ? " gated" : "") << (c.misaligned_k ? " k-misaligned" : "") << " rows=" << rows;
+      Check("qk_norm_rope q vs separate CUDA ops " + tag.str()).exact(q.get(1), q_sep.get(1));
+      Check("qk_norm_rope k vs separate CUDA ops " + tag.str()).exact(k.get(1), k_sep.get(1));
+      const double rtol = 2 * red_tol(D) + 16 * kU;
+      const int half = c.n_rot / 2;
+      // Heads of hs-strided rows starting at `first`; elements outside the heads must keep their bits.
+      auto against_cpu = [&](const char* what, const std::vector<float>& got, const std::vector<float>& want,
+                             size_t first, size_t hs, int n_heads) {
+        Check chk(std::string("qk_norm_rope ") + what + " vs CPU " + tag.str());
+        std::vector<double> tol(got.size(), 0.0);  // 0: untouched, bit for bit
+        for (size_t v = 0; v < size_t(rows) * n_heads; ++v) {
+          const size_t b = first + v * hs;
+          for (int j = 0; j < D; ++j) {
+            const double wj = std::fabs(double(want[b + j]));
+            if (j < 2 * half) {
+              const int i = j % half;
+              const double pair = std::hypot(double(want[b + i]), double(want[b + i + half]));
+              tol[b + j] = rtol * std::sqrt(2.0) * pair + 4e-6 * (1 + wj);
+            } else {
+              tol[b + j] = rtol * wj;
+            }
+          }
+        }
+        for (size_t i = 0; i < got.size(); ++i) chk.add(got[i], want[i], tol[i], i);
+      };
+      against_cpu("q", q.get(1), q.get(0), 0, qhs, c.n_head);
+      against_cpu("k", k.get(1), k.get(0), k_off, size_t(D), c.n_head_kv);
+    }
   }
 }
 

@@ -110,6 +110,22 @@ class Backend {
   // starts at x + r * row_stride + h * head_stride. Pairs (i, i + n_rot/2).
   virtual void rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads,
                          const int32_t* pos, int n_rot, float theta) = 0;
+  // An attention layer's q and k head norms and their rotary embedding, in place: q holds rows
+  // of n_head heads (head h of row r at q + (r * n_head + h) * q_head_stride), k rows of
+  // n_head_kv contiguous heads of head_dim. The result is, bit for bit, that of
+  //   rms_norm(q, q_head_stride, q_norm, rows * n_head, head_dim, eps, q, q_head_stride);
+  //   rms_norm(k, head_dim, k_norm, rows * n_head_kv, head_dim, eps, k, head_dim);
+  //   rope_neox(q, n_head * q_head_stride, q_head_stride, rows, n_head, pos, n_rot, theta);
+  //   rope_neox(k, n_head_kv * head_dim, head_dim, rows, n_head_kv, pos, n_rot, theta);
+  // on the same backend (the default runs exactly these; CUDA fuses them into one kernel).
+  virtual void qk_norm_rope(float* q, size_t q_head_stride, int n_head, const float* q_norm, float* k, int n_head_kv,
+                            const float* k_norm, int rows, int head_dim, float eps, const int32_t* pos, int n_rot,
+                            float theta) {
+    rms_norm(q, q_head_stride, q_norm, rows * n_head, head_dim, eps, q, q_head_stride);
+    rms_norm(k, size_t(head_dim), k_norm, rows * n_head_kv, head_dim, eps, k, size_t(head_dim));
+    rope_neox(q, size_t(n_head) * q_head_stride, q_head_stride, rows, n_head, pos, n_rot, theta);
+    rope_neox(k, size_t(n_head_kv) * head_dim, size_t(head_dim), rows, n_head_kv, pos, n_rot, theta);
+  }
 
   // --- attention over a paged KV cache ---
   // Writes k, v rows (rows × n_head_kv*head_dim, contiguous) at positions pos[] of one sequence.
@@ -136,6 +152,27 @@ class Backend {
                              float scale) = 0;
   // In place over rows × n_v: beta = sigmoid(b); g = a_coef[h] * softplus(a + dt_bias[h]).
   virtual void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v) = 0;
+  // A DeltaNet layer's work between its input projections and the delta rule, for `rows` rows
+  // of one sequence: the conv of x (rows of shape.conv_dim() channels, stride x_stride) with its
+  // state into out (which must not overlap x or the state), the L2 norms of out's q heads
+  // (times q_scale) and k heads, and the gates of the rows' beta and alpha (rows x n_v, in
+  // place). The result is, bit for bit, that of
+  //   conv1d_silu(x, x_stride, rows, conv_dim, conv_w, kernel, conv_state, out, out_stride);
+  //   l2_norm_heads(out, out_stride, rows, n_k, d_k, eps, q_scale);
+  //   l2_norm_heads(out + n_k * d_k, out_stride, rows, n_k, d_k, eps, 1);
+  //   gdn_gates(beta, alpha, a_coef, dt_bias, rows, n_v);
+  // on the same backend (the default runs exactly these; CUDA fuses them into one kernel for
+  // short segments: decode and verify).
+  virtual void gdn_conv_norm_gates(const GdnShape& shape, const float* x, size_t x_stride, int rows,
+                                   const float* conv_w, int kernel, float* conv_state, float* out, size_t out_stride,
+                                   float eps, float q_scale, float* beta, float* alpha, const float* a_coef,
+                                   const float* dt_bias) {
+    const size_t qk = size_t(shape.n_k) * shape.d_k;
+    conv1d_silu(x, x_stride, rows, shape.conv_dim(), conv_w, kernel, conv_state, out, out_stride);
+    l2_norm_heads(out, out_stride, rows, shape.n_k, shape.d_k, eps, q_scale);
+    l2_norm_heads(out + qk, out_stride, rows, shape.n_k, shape.d_k, eps, 1.0f);
+    gdn_gates(beta, alpha, a_coef, dt_bias, rows, shape.n_v);
+  }
   // Delta rule over `rows` tokens of one sequence, starting from state S (updated in place).
   // qkv rows (stride qkv_stride) hold [q (n_k*d_k) | k (n_k*d_k) | v (n_v*d_v)], q and k already
   // L2-normalised (q also scaled). g, beta: rows × n_v. out: rows × n_v*d_v.

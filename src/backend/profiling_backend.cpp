@@ -26,7 +26,8 @@ constexpr FixedName kFixed[] = {
     {"mul_sigmoid", "elementwise"}, {"rope_neox", "elementwise"}, {"kv_store", "attention"},
     {"attention", "attention"},    {"conv1d_silu", "conv"},     {"l2_norm_heads", "norms"},
     {"gdn_gates", "elementwise"},  {"gdn_delta_rule", "gdn_delta_rule"}, {"gated_rms_norm", "norms"},
-    {"argmax_rows", "argmax"},
+    {"argmax_rows", "argmax"},     {"add_rms_norm", "norms"},   {"qk_norm_rope", "norms"},
+    {"gdn_conv_norm_gates", "conv"},
 };
 
 // Row-count class x weight-size class: small matrices pay fixed launch costs, big ones show
@@ -184,6 +185,10 @@ void ProfilingBackend::rms_norm(const float* x, size_t x_stride, const float* w,
 void ProfilingBackend::add(float* x, const float* y, int64_t n) {
   run(kAdd, 0, [&] { inner_->add(x, y, n); });
 }
+void ProfilingBackend::add_rms_norm(float* x, const float* y, const float* w, int n, int dim, float eps, float* out,
+                                    size_t out_stride) {
+  run(kAddRmsNorm, 0, [&] { inner_->add_rms_norm(x, y, w, n, dim, eps, out, out_stride); });
+}
 void ProfilingBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
   run(kSwiglu, 0, [&] { inner_->swiglu(gate, up, n, out); });
 }
@@ -193,6 +198,13 @@ void ProfilingBackend::mul_sigmoid(float* x, size_t x_stride, const float* g, si
 void ProfilingBackend::rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads,
                                  const int32_t* pos, int n_rot, float theta) {
   run(kRope, 0, [&] { inner_->rope_neox(x, row_stride, head_stride, rows, n_heads, pos, n_rot, theta); });
+}
+void ProfilingBackend::qk_norm_rope(float* q, size_t q_head_stride, int n_head, const float* q_norm, float* k,
+                                    int n_head_kv, const float* k_norm, int rows, int head_dim, float eps,
+                                    const int32_t* pos, int n_rot, float theta) {
+  run(kQkNormRope, 0, [&] {
+    inner_->qk_norm_rope(q, q_head_stride, n_head, q_norm, k, n_head_kv, k_norm, rows, head_dim, eps, pos, n_rot, theta);
+  });
 }
 void ProfilingBackend::kv_store(const KvLayerView& kv, const SeqKv& seq, const float* k, const float* v,
                                 const int32_t* pos, int rows) {
@@ -214,6 +226,15 @@ void ProfilingBackend::l2_norm_heads(float* x, size_t row_stride, int rows, int 
 }
 void ProfilingBackend::gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v) {
   run(kGdnGates, 0, [&] { inner_->gdn_gates(b, a, a_coef, dt_bias, rows, n_v); });
+}
+void ProfilingBackend::gdn_conv_norm_gates(const GdnShape& shape, const float* x, size_t x_stride, int rows,
+                                           const float* conv_w, int kernel, float* conv_state, float* out,
+                                           size_t out_stride, float eps, float q_scale, float* beta, float* alpha,
+                                           const float* a_coef, const float* dt_bias) {
+  run(kGdnConvNormGates, 0, [&] {
+    inner_->gdn_conv_norm_gates(shape, x, x_stride, rows, conv_w, kernel, conv_state, out, out_stride, eps, q_scale,
+                                beta, alpha, a_coef, dt_bias);
+  });
 }
 void ProfilingBackend::gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
                                       const float* beta, int rows, float* S, float* out, bool chunked,

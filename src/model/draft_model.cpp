@@ -147,14 +147,11 @@ void DraftModel::ingest(SequenceStore& st, int seq, const float* features, int r
 void DraftModel::layer(const DraftLayerWeights& L, int B, const SeqKv& seq, const KvLayerView& kv) {
   Scratch& s = *s_;
   const int H = hp_.n_head, Hkv = hp_.n_head_kv, D = hp_.head_dim;
-  const size_t E = size_t(hp_.n_embd), HD = size_t(H) * D, KVD = size_t(Hkv) * D;
+  const size_t E = size_t(hp_.n_embd), HD = size_t(H) * D;
   const Weight* qkv_w[] = {&L.wq, &L.wk, &L.wv};
   float* qkv_y[] = {s.q, s.k, s.v};
   be_.matmul_shared_input(qkv_w, qkv_y, 3, s.u, B);
-  be_.rms_norm(s.q, size_t(D), L.q_norm, B * H, D, hp_.rms_eps, s.q, size_t(D));
-  be_.rms_norm(s.k, size_t(D), L.k_norm, B * Hkv, D, hp_.rms_eps, s.k, size_t(D));
-  be_.rope_neox(s.q, HD, size_t(D), B, H, s.pos, D, hp_.rope_theta);
-  be_.rope_neox(s.k, KVD, size_t(D), B, Hkv, s.pos, D, hp_.rope_theta);
+  be_.qk_norm_rope(s.q, size_t(D), H, L.q_norm, s.k, Hkv, L.k_norm, B, D, hp_.rms_eps, s.pos, D, hp_.rope_theta);
   be_.kv_store(kv, seq, s.k, s.v, s.slots, B);
   // Every block row's visible range ends at the block's last position: bidirectional block.
   be_.attention(s.q, HD, size_t(D), B, s.bound, H, kv, seq, 1.0f / std::sqrt(float(D)), s.attn);

@@ -201,10 +201,8 @@ void TargetModel::attention_layer(const LayerWeights& L, const Batch& batch, Seq
   const Weight* qkv_w[] = {&L.wq, &L.wk, &L.wv};
   float* qkv_y[] = {s.qg, s.k, s.v};
   be_.matmul_shared_input(qkv_w, qkv_y, 3, s.u, R);
-  be_.rms_norm(s.qg, q_head_stride, L.q_norm, R * H, D, hp_.rms_eps, s.qg, q_head_stride);
-  be_.rms_norm(s.k, size_t(D), L.k_norm, R * Hkv, D, hp_.rms_eps, s.k, size_t(D));
-  be_.rope_neox(s.qg, q_row_stride, q_head_stride, R, H, s.pos, hp_.n_rot, hp_.rope_theta);
-  be_.rope_neox(s.k, size_t(Hkv) * D, size_t(D), R, Hkv, s.pos, hp_.n_rot, hp_.rope_theta);
+  be_.qk_norm_rope(s.qg, q_head_stride, H, L.q_norm, s.k, Hkv, L.k_norm, R, D, hp_.rms_eps, s.pos, hp_.n_rot,
+                   hp_.rope_theta);
   const KvLayerView kv = st.kv()->layer(L.attn_index);
   const size_t kvd = size_t(Hkv) * D, hd = size_t(H) * D;
   for (const auto& sg : s.segs) {
@@ -233,12 +231,13 @@ void TargetModel::deltanet_layer(const LayerWeights& L, const Batch& batch, Sequ
     if (sg.speculative)  // after the window before (checkpoint_conv_windows): the segment's inputs
       be_.copy(rec.conv_history(slot, L.gdn_index) + size_t(hist) * CD, s.qkv + sg.begin * CD,
                size_t(sg.n) * CD * sizeof(float));
-    be_.conv1d_silu(s.qkv + sg.begin * CD, CD, sg.n, int(CD), L.conv_w, hp_.ssm_conv_kernel,
-                    rec.conv(slot, L.gdn_index), s.conv + sg.begin * CD, CD);
+    // Conv, q/k norms and gates of the segment's rows: per row the same math as over the whole
+    // batch, so the results do not depend on how a batch splits into segments.
+    be_.gdn_conv_norm_gates(g, s.qkv + sg.begin * CD, CD, sg.n, L.conv_w, hp_.ssm_conv_kernel,
+                            rec.conv(slot, L.gdn_index), s.conv + sg.begin * CD, CD, hp_.rms_eps,
+                            1.0f / std::sqrt(float(g.d_k)), s.beta + sg.begin * g.n_v, s.alpha + sg.begin * g.n_v,
+                            L.ssm_a, L.dt_bias);
   }
-  be_.l2_norm_heads(s.conv, CD, R, g.n_k, g.d_k, hp_.rms_eps, 1.0f / std::sqrt(float(g.d_k)));
-  be_.l2_norm_heads(s.conv + size_t(g.n_k) * g.d_k, CD, R, g.n_k, g.d_k, hp_.rms_eps, 1.0f);
-  be_.gdn_gates(s.beta, s.alpha, L.ssm_a, L.dt_bias, R, g.n_v);
   for (const auto& sg : s.segs) {
     const int slot = st.get(sg.seq).recurrent_slot;
     float* row_states = sg.speculative ? rec.row_states(slot, L.gdn_index) : nullptr;

@@ -303,6 +303,17 @@ void CudaBackend::rope_neox(float* x, size_t row_stride, size_t head_stride, int
   check_launch("rope_neox");
 }
 
+void CudaBackend::qk_norm_rope(float* q, size_t q_head_stride, int n_head, const float* q_norm, float* k, int n_head_kv,
+                               const float* k_norm, int rows, int head_dim, float eps, const int32_t* pos, int n_rot,
+                               float theta) {
+  if (rows <= 0 || head_dim <= 0 || n_head < 0 || n_head_kv < 0 || n_head + n_head_kv == 0) return;
+  if (n_rot >= 2 && n_rot % 2 != 0) fail("qk_norm_rope: n_rot {} is odd", n_rot);
+  enter();
+  cuda::qk_norm_rope(q, q_head_stride, n_head, q_norm, k, n_head_kv, k_norm, rows, head_dim, eps, pos, n_rot, theta,
+                     as_stream(stream_));
+  check_launch("qk_norm_rope");
+}
+
 void CudaBackend::kv_store(const KvLayerView& kv, const SeqKv& seq, const float* k, const float* v,
                            const int32_t* pos, int rows) {
   if (rows <= 0) return;
@@ -370,6 +381,20 @@ void CudaBackend::gdn_gates(float* b, float* a, const float* a_coef, const float
   enter();
   cuda::gdn_gates(b, a, a_coef, dt_bias, rows, n_v, as_stream(stream_));
   check_launch("gdn_gates");
+}
+
+void CudaBackend::gdn_conv_norm_gates(const GdnShape& shape, const float* x, size_t x_stride, int rows,
+                                      const float* conv_w, int kernel, float* conv_state, float* out,
+                                      size_t out_stride, float eps, float q_scale, float* beta, float* alpha,
+                                      const float* a_coef, const float* dt_bias) {
+  if (rows <= 0 || shape.conv_dim() <= 0) return;
+  if (shape.n_k < 0 || shape.n_v < 0 || shape.d_k < 0 || shape.d_v < 0) fail("gdn_conv_norm_gates: negative head shape");
+  if (kernel < 1 || kernel > kMaxConvKernel)
+    fail("gdn_conv_norm_gates: kernel {} outside 1..{}", kernel, kMaxConvKernel);
+  enter();
+  cuda::gdn_conv_norm_gates(shape, x, x_stride, rows, conv_w, kernel, conv_state, out, out_stride, eps, q_scale, beta,
+                            alpha, a_coef, dt_bias, as_stream(stream_));
+  check_launch("gdn_conv_norm_gates");
 }
 
 // chunked = true takes the chunked kernels (deltanet_chunked.cu) where they support the shape,

@@ -44,6 +44,9 @@ class CudaBackend : public Backend {
   void mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n) override;
   void rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads, const int32_t* pos,
                  int n_rot, float theta) override;
+  void qk_norm_rope(float* q, size_t q_head_stride, int n_head, const float* q_norm, float* k, int n_head_kv,
+                    const float* k_norm, int rows, int head_dim, float eps, const int32_t* pos, int n_rot,
+                    float theta) override;
   void kv_store(const KvLayerView& kv, const SeqKv& seq, const float* k, const float* v, const int32_t* pos,
                 int rows) override;
   void attention(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos,
@@ -52,6 +55,9 @@ class CudaBackend : public Backend {
                    float* state, float* out, size_t out_stride) override;
   void l2_norm_heads(float* x, size_t row_stride, int rows, int n_heads, int dim, float eps, float scale) override;
   void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v) override;
+  void gdn_conv_norm_gates(const GdnShape& shape, const float* x, size_t x_stride, int rows, const float* conv_w,
+                           int kernel, float* conv_state, float* out, size_t out_stride, float eps, float q_scale,
+                           float* beta, float* alpha, const float* a_coef, const float* dt_bias) override;
   void gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
                       const float* beta, int rows, float* S, float* out, bool chunked, float* row_states) override;
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,

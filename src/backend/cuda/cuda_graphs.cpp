@@ -48,7 +48,7 @@ int padded_blocks(int n) {
 enum class CudaGraphBackend::Op : uint8_t {
   kUpload, kTable, kCopy, kCopy2d, kMatmul, kEmbed, kRmsNorm, kAdd, kSwiglu, kMulSigmoid, kRope, kKvStore,
   kAttention, kConv1d, kL2Norm, kGdnGates, kDeltaRule, kGatedRmsNorm, kArgmax, kMatmulShared,
-  kAddRmsNorm,
+  kAddRmsNorm, kQkNormRope, kGdnConvNormGates,
 };
 
 // Arguments go on the tape field by field: the bytes must be a function of the values alone
@@ -258,11 +258,13 @@ void CudaGraphBackend::run_tape(const std::vector<unsigned char>& tape) {
       case Op::kSwiglu: replay(r, &CudaBackend::swiglu); break;
       case Op::kMulSigmoid: replay(r, &CudaBackend::mul_sigmoid); break;
       case Op::kRope: replay(r, &CudaBackend::rope_neox); break;
+      case Op::kQkNormRope: replay(r, &CudaBackend::qk_norm_rope); break;
       case Op::kKvStore: replay(r, &CudaGraphBackend::kv_store_at); break;
       case Op::kAttention: replay(r, &CudaGraphBackend::attention_at); break;
       case Op::kConv1d: replay(r, &CudaBackend::conv1d_silu); break;
       case Op::kL2Norm: replay(r, &CudaBackend::l2_norm_heads); break;
       case Op::kGdnGates: replay(r, &CudaBackend::gdn_gates); break;
+      case Op::kGdnConvNormGates: replay(r, &CudaBackend::gdn_conv_norm_gates); break;
       case Op::kDeltaRule: replay(r, &CudaBackend::gdn_delta_rule); break;
       case Op::kGatedRmsNorm: replay(r, &CudaBackend::gated_rms_norm); break;
       case Op::kArgmax: replay(r, &CudaGraphBackend::argmax_at); break;
@@ -472,6 +474,16 @@ void CudaGraphBackend::rope_neox(float* x, size_t row_stride, size_t head_stride
   record(Op::kRope, &CudaBackend::rope_neox, x, row_stride, head_stride, rows, n_heads, pos, n_rot, theta);
 }
 
+void CudaGraphBackend::qk_norm_rope(float* q, size_t q_head_stride, int n_head, const float* q_norm, float* k,
+                                    int n_head_kv, const float* k_norm, int rows, int head_dim, float eps,
+                                    const int32_t* pos, int n_rot, float theta) {
+  if (!recording())
+    return CudaBackend::qk_norm_rope(q, q_head_stride, n_head, q_norm, k, n_head_kv, k_norm, rows, head_dim, eps, pos,
+                                     n_rot, theta);
+  record(Op::kQkNormRope, &CudaBackend::qk_norm_rope, q, q_head_stride, n_head, q_norm, k, n_head_kv, k_norm, rows,
+         head_dim, eps, pos, n_rot, theta);
+}
+
 void CudaGraphBackend::kv_store(const KvLayerView& kv, const SeqKv& seq, const float* k, const float* v,
                                 const int32_t* pos, int rows) {
   if (!recording()) return CudaBackend::kv_store(kv, seq, k, v, pos, rows);
@@ -506,6 +518,17 @@ void CudaGraphBackend::l2_norm_heads(float* x, size_t row_stride, int rows, int 
 void CudaGraphBackend::gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v) {
   if (!recording()) return CudaBackend::gdn_gates(b, a, a_coef, dt_bias, rows, n_v);
   record(Op::kGdnGates, &CudaBackend::gdn_gates, b, a, a_coef, dt_bias, rows, n_v);
+}
+
+void CudaGraphBackend::gdn_conv_norm_gates(const GdnShape& shape, const float* x, size_t x_stride, int rows,
+                                           const float* conv_w, int kernel, float* conv_state, float* out,
+                                           size_t out_stride, float eps, float q_scale, float* beta, float* alpha,
+                                           const float* a_coef, const float* dt_bias) {
+  if (!recording())
+    return CudaBackend::gdn_conv_norm_gates(shape, x, x_stride, rows, conv_w, kernel, conv_state, out, out_stride, eps,
+                                            q_scale, beta, alpha, a_coef, dt_bias);
+  record(Op::kGdnConvNormGates, &CudaBackend::gdn_conv_norm_gates, shape, x, x_stride, rows, conv_w, kernel, conv_state,
+         out, out_stride, eps, q_scale, beta, alpha, a_coef, dt_bias);
 }
 
 void CudaGraphBackend::gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,

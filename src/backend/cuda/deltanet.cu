@@ -1,5 +1,4 @@
-// Gated DeltaNet ops: causal conv1d + SiLU with its state, per-head L2 norm, the gates, and the
-// delta rule.
+// The Gated DeltaNet delta rule (the ops before it, conv, norms and gates, are in gdn_prep.cu).
 //
 // gdn_delta_rule here is the recurrent form (decode, verify, and chunked = true for shapes that
 // deltanet_chunked.cu does not take; both forms compute the same function to fp32 round-off,
@@ -17,68 +16,6 @@
 namespace df::cuda {
 
 namespace {
-
-// Input at time t of channel c; t < 0 reads the state (t = -1 is its newest row).
-__device__ __forceinline__ float conv_input(const float* x, size_t x_stride, const float* state, int hist,
-                                            int channels, int t, int c) {
-  return t < 0 ? state[int64_t(hist + t) * channels + c] : x[int64_t(t) * x_stride + c];
-}
-
-// Outputs: one thread per (channel, row); reads the old state only.
-__global__ void conv1d_silu_out_k(const float* __restrict__ x, size_t x_stride, int rows, int channels,
-                                  const float* __restrict__ w, int kernel, const float* __restrict__ state,
-                                  float* __restrict__ out, size_t out_stride) {
-  pdl_wait();
-  pdl_trigger();
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= channels) return;
-  const int hist = kernel - 1;
-  const float* wc = w + int64_t(c) * kernel;
-  for (int t = blockIdx.y; t < rows; t += gridDim.y) {
-    float s = 0.0f;
-    for (int j = 0; j < kernel; ++j) s += wc[j] * conv_input(x, x_stride, state, hist, channels, t - hist + j, c);
-    out[int64_t(t) * out_stride + c] = s / (1.0f + expf(-s));
-  }
-}
-
-// New state = the last K-1 inputs of [state | x], oldest first. Ascending i reads
-// state[i + rows] (when rows < K-1) before anything overwrites it. Runs after the outputs.
-__global__ void conv1d_state_k(const float* __restrict__ x, size_t x_stride, int rows, int channels, int kernel,
-                               float* state) {
-  pdl_wait();
-  pdl_trigger();
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= channels) return;
-  const int hist = kernel - 1;
-  for (int i = 0; i < hist; ++i)
-    state[int64_t(i) * channels + c] = conv_input(x, x_stride, state, hist, channels, rows - hist + i, c);
-}
-
-// One warp per (row, head) vector: x / max(|x|, eps) * scale.
-__global__ void l2_norm_heads_k(float* x, size_t row_stride, int64_t n_vec, int n_heads, int dim, float eps,
-                                float scale) {
-  pdl_wait();
-  pdl_trigger();
-  const int64_t i = blockIdx.x * int64_t(blockDim.x / kWarp) + threadIdx.x / kWarp;
-  if (i >= n_vec) return;
-  const int lane = threadIdx.x % kWarp;
-  float* v = x + (i / n_heads) * row_stride + (i % n_heads) * dim;
-  float ss = 0.0f;
-  for (int j = lane; j < dim; j += kWarp) ss += v[j] * v[j];
-  const float f = scale / fmaxf(sqrtf(warp_sum(ss)), eps);
-  for (int j = lane; j < dim; j += kWarp) v[j] *= f;
-}
-
-__global__ void gdn_gates_k(float* b, float* a, const float* __restrict__ a_coef, const float* __restrict__ dt_bias,
-                            int64_t n, int n_v) {
-  pdl_wait();
-  pdl_trigger();
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int h = int(i % n_v);
-    b[i] = sigmoid(b[i]);
-    a[i] = a_coef[h] * softplus(a[i] + dt_bias[h]);
-  }
-}
 
 constexpr int kColsPerBlock = 64;
 
@@ -188,26 +125,6 @@ __global__ void __launch_bounds__(128)
 }
 
 }  // namespace
-
-void conv1d_silu(const float* x, size_t x_stride, int rows, int channels, const float* w, int kernel, float* state,
-                 float* out, size_t out_stride, cudaStream_t s) {
-  constexpr int kThreads = 128;
-  const dim3 grid(ceil_div(channels, kThreads), unsigned(std::min(rows, 1024)));
-  launch(conv1d_silu_out_k, grid, kThreads, 0, s, x, x_stride, rows, channels, w, kernel, state, out, out_stride);
-  if (kernel > 1) launch(conv1d_state_k, ceil_div(channels, kThreads), kThreads, 0, s, x, x_stride, rows, channels, kernel, state);
-}
-
-void l2_norm_heads(float* x, size_t row_stride, int rows, int n_heads, int dim, float eps, float scale,
-                   cudaStream_t s) {
-  const int64_t n_vec = int64_t(rows) * n_heads;
-  constexpr int kWarps = 4;
-  launch(l2_norm_heads_k, ceil_div(n_vec, kWarps), kWarps * kWarp, 0, s, x, row_stride, n_vec, n_heads, dim, eps, scale);
-}
-
-void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v, cudaStream_t s) {
-  const int64_t n = int64_t(rows) * n_v;
-  launch(gdn_gates_k, unsigned(std::min<int64_t>((n + 255) / 256, 1024)), 256, 0, s, b, a, a_coef, dt_bias, n, n_v);
-}
 
 void gdn_delta_rule(const GdnShape& sh, const float* qkv, size_t qkv_stride, const float* g, const float* beta,
                     int rows, float* S, float* out, float* row_states, cudaStream_t s) {

@@ -75,6 +75,10 @@ void add_rms_norm(float* x, const float* y, const float* w, int n, int dim, floa
                   cudaStream_t s);
 void rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads, const int32_t* pos,
                int n_rot, float theta, cudaStream_t s);
+// Backend::qk_norm_rope: one kernel, bit-identical to the two rms_norm and two rope_neox launches.
+void qk_norm_rope(float* q, size_t q_head_stride, int n_head, const float* q_w, float* k, int n_head_kv,
+                  const float* k_w, int rows, int head_dim, float eps, const int32_t* pos, int n_rot, float theta,
+                  cudaStream_t s);
 
 // attention.cu -- block_table is a device copy of SeqKv::block_table (n_blocks entries).
 void kv_store(const KvLayerView& kv, const int32_t* block_table, int n_blocks, const float* k, const float* v,
@@ -104,12 +108,19 @@ void flash_attention(const float* q, size_t q_row_stride, size_t q_head_stride, 
                      int n_head, const KvLayerView& kv, const int32_t* block_table, int n_blocks, float scale,
                      float* out, cudaStream_t s);
 
-// deltanet.cu
+// gdn_prep.cu
 void conv1d_silu(const float* x, size_t x_stride, int rows, int channels, const float* w, int kernel, float* state,
                  float* out, size_t out_stride, cudaStream_t s);
 void l2_norm_heads(float* x, size_t row_stride, int rows, int n_heads, int dim, float eps, float scale,
                    cudaStream_t s);
 void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v, cudaStream_t s);
+// Backend::gdn_conv_norm_gates: one kernel up to 32 rows, else the separate kernels; the same
+// bits either way.
+void gdn_conv_norm_gates(const GdnShape& shape, const float* x, size_t x_stride, int rows, const float* conv_w,
+                         int kernel, float* conv_state, float* out, size_t out_stride, float eps, float q_scale,
+                         float* beta, float* alpha, const float* a_coef, const float* dt_bias, cudaStream_t s);
+
+// deltanet.cu
 void gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g, const float* beta,
                     int rows, float* S, float* out, float* row_states, cudaStream_t s);
 // deltanet_chunked.cu -- the chunked (WY) form for prefill, for the shapes gdn_chunked_supports
