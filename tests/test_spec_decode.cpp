@@ -420,6 +420,43 @@ TEST(SpecDecode, RejectionRuleReproducesTargetDistribution) {
   }
 }
 
+// The point-proposal rule (drafts that are the drafter's argmax): for every draft id, including
+// ids p excludes and an id holding all of p's mass, the emitted token is distributed as p.
+TEST(SpecDecode, PointProposalRuleReproducesTargetDistribution) {
+  const std::vector<std::vector<float>> ps = {
+      {0.5f, 0.5f, 0, 0, 0}, {0.1f, 0.2f, 0.3f, 0.4f, 0}, {0, 0, 1.0f, 0, 0}, {0.7f, 0.1f, 0.1f, 0.1f, 0}};
+  std::mt19937_64 rng(78);
+  const int N = 100000;
+  for (size_t c = 0; c < ps.size(); ++c) {
+    const std::vector<float>& p = ps[c];
+    for (int32_t x = 0; x < 5; ++x) {
+      std::vector<int> count(5, 0);
+      int kept = 0;
+      for (int i = 0; i < N; ++i) {
+        const spec::RejectionStep r = spec::rejection_step_point(p, x, rng);
+        count[size_t(r.token)]++;
+        kept += r.accepted;
+        if (r.accepted) {
+          EXPECT_EQ(r.token, x);
+        }
+      }
+      double chi = 0;
+      for (int k = 0; k < 5; ++k) {
+        const double e = double(p[size_t(k)]) * N;
+        if (e == 0) {
+          EXPECT_EQ(count[size_t(k)], 0) << "p " << c << ", draft " << x << ": emitted id " << k << " that p excludes";
+          continue;
+        }
+        chi += (count[size_t(k)] - e) * (count[size_t(k)] - e) / e;
+      }
+      EXPECT_LT(chi, 30.0) << "p " << c << ", draft " << x;  // <= 4 degrees of freedom: P(chi > 30) < 1e-5
+      // The draft is kept with probability p(x): 5 sigma of a binomial.
+      const double px = p[size_t(x)], sd = std::sqrt(N * px * (1 - px));
+      EXPECT_LE(std::fabs(kept - N * px), 5 * sd + 1e-9) << "p " << c << ", draft " << x;
+    }
+  }
+}
+
 TEST(SpecDecode, SampledOutputMatchesPlainDistribution) {
   // Exact distribution of the first three tokens under plain sampling (temperature 1, top-k 4,
   // no penalties): the product of the sampler's per-step distributions along every branch.
@@ -468,15 +505,19 @@ TEST(SpecDecode, SampledOutputMatchesPlainDistribution) {
     const auto greedy_ref = plain(p, prompt, g);
     ScriptedSource scripted(4, p.target->hparams().n_vocab, prompt, greedy_ref, 0);
     DraftSource& src = which == 0 ? static_cast<DraftSource&>(random_src) : scripted;
-    SpecDecoder dec(*p.target, src, p.tok.get(), 64, SpecOptions{false, 64, 0});
-    for (int seed = 0; seed < N; ++seed) {
-      o.sampling.seed = uint64_t(seed) * 7919 + 1;
-      counts[speculative(dec, prompt, o)]++;
+    for (bool argmax_drafts : {false, true}) {  // sampled drafts, argmax drafts (point proposals)
+      counts.clear();
+      SpecDecoder dec(*p.target, src, p.tok.get(), 64, SpecOptions{false, 64, 0, argmax_drafts});
+      for (int seed = 0; seed < N; ++seed) {
+        o.sampling.seed = uint64_t(seed) * 7919 + 1;
+        counts[speculative(dec, prompt, o)]++;
+      }
+      int df = 0;
+      const double chi = chi_square(counts, exact, N, &df);
+      // df <= 64: the chi-square 1e-5 upper quantile for 64 degrees of freedom is about 120.
+      EXPECT_LT(chi, 120.0) << (which == 0 ? "random drafter" : "scripted drafter")
+                            << (argmax_drafts ? ", argmax drafts" : ", sampled drafts") << ", df " << df;
     }
-    int df = 0;
-    const double chi = chi_square(counts, exact, N, &df);
-    // df <= 64: the chi-square 1e-5 upper quantile for 64 degrees of freedom is about 120.
-    EXPECT_LT(chi, 120.0) << (which == 0 ? "random drafter" : "scripted drafter") << ", df " << df;
   }
 }
 

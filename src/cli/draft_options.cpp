@@ -19,6 +19,9 @@ void add_draft_flags(CLI::App* cmd, DraftArgs& a) {
       ->capture_default_str();
   cmd->add_option("--draft-reprobe", a.reprobe, "Plain tokens before speculation is tried again after turning off")
       ->capture_default_str();
+  cmd->add_flag("--draft-argmax", a.argmax,
+                "With sampling, take the drafter's argmax as the drafts instead of drawing them from its "
+                "distribution (both keep the output distribution exact)");
 }
 
 LoadedDraft load_draft(const DraftArgs& a, TargetModel& target, int ctx) {

@@ -21,7 +21,8 @@ struct DraftArgs {
   bool adaptive = true; // --draft-adaptive
   int reprobe = 64;     // --draft-reprobe
   int window = 4096;    // --draft-window: context rows the drafter attends to (0 = all)
-  SpecOptions spec_options() const { return SpecOptions{adaptive, reprobe, 0}; }
+  bool argmax = false;  // --draft-argmax
+  SpecOptions spec_options() const { return SpecOptions{adaptive, reprobe, 0, argmax}; }
 };
 
 void add_draft_flags(CLI::App* cmd, DraftArgs& a);

@@ -351,7 +351,8 @@ void Engine::add_spec_part(Active& a, int32_t anchor, int n) {
   const size_t V = size_t(model_.hparams().n_vocab);
   const int n_sampleable = std::min(model_.hparams().n_vocab, tok_.n_vocab());
   a.drafts_buf.resize(size_t(n));
-  if (a.ticket->req.sampling.temperature <= 0) {
+  a.qs.clear();  // empty: point proposals (walk_block)
+  if (a.ticket->req.sampling.temperature <= 0 || opt_.spec.argmax_drafts) {
     a.drafts->propose_greedy(anchor, n, n_sampleable, a.drafts_buf);
   } else {
     a.drafts->propose(anchor, n, draft_logits_);

@@ -19,7 +19,12 @@ double now_seconds() {
 }  // namespace
 
 SpecDecoder::SpecDecoder(TargetModel& model, DraftSource& drafts, const Tokenizer* tok, int ctx, SpecOptions opt)
-    : model_(model), drafts_(drafts), tok_(tok), policy_(opt), state_(model.make_state(1, ctx, drafts.block_size())) {
+    : model_(model),
+      drafts_(drafts),
+      tok_(tok),
+      policy_(opt),
+      argmax_drafts_(opt.argmax_drafts),
+      state_(model.make_state(1, ctx, drafts.block_size())) {
   seq_ = state_->create();
 }
 
@@ -97,7 +102,8 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
     const double s0 = now_seconds();
     const int n = drafts_this_step(opt.max_new_tokens - st.generated_tokens);
     drafts.resize(size_t(n));
-    if (n > 0 && greedy) {
+    qs.clear();  // empty: point proposals (walk_block)
+    if (n > 0 && (greedy || argmax_drafts_)) {
       drafts_.propose_greedy(anchor, n, n_sampleable, drafts);
     } else if (n > 0) {
       drafts_.propose(anchor, n, draft_logits);

@@ -32,6 +32,7 @@ class SpecDecoder {
   DraftSource& drafts_;
   const Tokenizer* tok_;
   SpecPolicy policy_;
+  bool argmax_drafts_;  // SpecOptions::argmax_drafts
   std::unique_ptr<SequenceStore> state_;
   int seq_ = -1;
   Batch batch_;

@@ -18,6 +18,11 @@ struct SpecOptions {
   bool adaptive = true;     // --draft-adaptive: off when slower than plain decoding, width by cost
   int reprobe_tokens = 64;  // --draft-reprobe: plain tokens before speculation is tried again
   int max_drafts = 0;       // 0 = block_size - 1; else at most this many drafts per step
+  // --draft-argmax: sampled requests take the drafter's argmax as their drafts (computed on the
+  // device, no drafter logits downloaded), verified with the point-proposal rule, instead of
+  // drawing them from the drafter's distribution. Both keep the output distribution exact; on
+  // the demo pair the draws accept more (docs/performance.md), so they are the default.
+  bool argmax_drafts = false;
 };
 
 class SpecPolicy {

@@ -44,6 +44,17 @@ RejectionStep rejection_step(std::span<const float> p, std::span<const float> q,
   return {false, mass > 0 ? draw(residual, rng) : draw(p, rng)};
 }
 
+RejectionStep rejection_step_point(std::span<const float> p, int32_t x, std::mt19937_64& rng) {
+  if (x < 0 || size_t(x) >= p.size()) fail("rejection_step_point: draft token {} outside the vocabulary", x);
+  double total = 0;
+  for (float w : p) total += w;
+  const double u = std::uniform_real_distribution<double>(0.0, total)(rng);
+  if (u < p[size_t(x)]) return {true, x};
+  std::vector<float> rest(p.begin(), p.end());
+  rest[size_t(x)] = 0.0f;
+  return {false, draw(rest, rng)};  // u >= p(x) > ... leaves mass elsewhere unless p(x) is all of it
+}
+
 void choose_drafts(std::span<const float> draft_logits, size_t n_vocab, int n_sampleable, bool greedy,
                    Sampler& draft_sampler, std::mt19937_64& rng, std::vector<int32_t>& drafts,
                    std::vector<std::vector<float>>& qs) {
@@ -74,7 +85,8 @@ BlockWalk walk_block(std::span<const float> logits, size_t n_vocab, std::span<co
         return w;
       }
     } else {
-      const RejectionStep r = rejection_step(sampler.distribution(row), qs[i], d, rng);
+      const RejectionStep r = qs.empty() ? rejection_step_point(sampler.distribution(row), d, rng)
+                                         : rejection_step(sampler.distribution(row), qs[i], d, rng);
       if (!r.accepted) {
         w.next = r.token;
         return w;

@@ -32,6 +32,11 @@ struct RejectionStep {
 // (both normalised over the same ids), x the draft token drawn from q.
 RejectionStep rejection_step(std::span<const float> p, std::span<const float> q, int32_t x, std::mt19937_64& rng);
 
+// The same rule for a draft proposed deterministically (the drafter's argmax: q is all mass on
+// x): x is kept with probability p(x), else the token is drawn from p without x. Either way the
+// emitted token is distributed as p.
+RejectionStep rejection_step_point(std::span<const float> p, int32_t x, std::mt19937_64& rng);
+
 // The draft's proposal distribution q: the request's filters and temperature without penalties
 // (they depend on the history the block is still building; any fixed q keeps sampling exact).
 SamplingParams draft_sampling(const SamplingParams& request);
@@ -52,7 +57,8 @@ struct BlockWalk {
 
 // Walks a verified block [anchor, d1..dn]: row i's logits (logits + i * n_vocab, n + 1 rows)
 // decide the token after row i — greedy: sampler's choice must equal the draft; sampling: the
-// rejection rule with qs. on_accept(token) commits an accepted draft (updating the sampler's
+// rejection rule with qs, or, when qs is empty, with point proposals (the drafts are the
+// drafter's argmax: rejection_step_point). on_accept(token) commits an accepted draft (updating the sampler's
 // history before the next row is judged); returning false ends the walk after it.
 BlockWalk walk_block(std::span<const float> logits, size_t n_vocab, std::span<const int32_t> drafts,
                      const std::vector<std::vector<float>>& qs, bool greedy, Sampler& sampler,
