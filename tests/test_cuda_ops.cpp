@@ -1038,6 +1038,84 @@ TEST_F(CudaOps, SplitAttentionLongContext) {
   }
 }
 
+// The split kernel's GQA group blocks (attention_group.cuh: one block per KV head, row and
+// chunk for all the query heads of the group, more than 8 heads in several blocks) against the
+// CPU: group ratios 1, 6, 8 and 12, head dims 64 and 256 (and 512 / 1024, whose K/V tiles are
+// 16 and 4 positions), contexts of 33 and 4000 positions, f16 mostly, f32 and q8_0 once each, q
+// rows gated (stride 2 D) or not. Rows at chunk edges, at 0, and several at one position (as the
+// bidirectional drafter block has them). The last row alone, with the table padded by -1
+// entries, gives the same bits as among the others.
+TEST_F(CudaOps, SplitAttentionGqaGroups) {
+  struct Case {
+    int head_dim, ratio, n_ctx;
+    GgmlType type;
+    bool gated;
+  };
+  const std::vector<Case> cases = {
+      {64, 1, 33, GgmlType::F16, false},     {64, 6, 33, GgmlType::F16, true},     {64, 8, 4000, GgmlType::F16, false},
+      {256, 1, 4000, GgmlType::F16, true},   {256, 6, 4000, GgmlType::F16, true},  {256, 6, 33, GgmlType::F16, false},
+      {256, 8, 4000, GgmlType::F16, false},  {256, 12, 4000, GgmlType::F16, true}, {64, 6, 4000, GgmlType::F16, false},
+      {256, 6, 4000, GgmlType::Q8_0, true},  {64, 8, 4000, GgmlType::F32, false},  {512, 8, 700, GgmlType::F16, false},
+      {1024, 2, 300, GgmlType::F32, true}};
+  Rng rng(19);
+  for (const Case& c : cases) {
+    const int D = c.head_dim, Hkv = 2, H = c.ratio * Hkv, bt = 16, n_tab = (c.n_ctx + bt - 1) / bt;
+    const size_t ts = size_t(Hkv) * D;
+    const int pool_blocks = n_tab + 3;
+    const size_t pool_bytes = size_t(pool_blocks) * bt * row_size(c.type, int64_t(ts));
+    void* kp[2];
+    void* vp[2];
+    for (int s = 0; s < 2; ++s) kp[s] = be_[s]->alloc(pool_bytes), vp[s] = be_[s]->alloc(pool_bytes);
+    std::vector<int32_t> tab(pool_blocks);
+    std::iota(tab.begin(), tab.end(), 0);
+    std::shuffle(tab.begin(), tab.end(), rng.g);
+    tab.resize(size_t(n_tab));
+    const SeqKv seq{tab.data(), n_tab};
+    auto view = [&](int s) { return KvLayerView{kp[s], vp[s], bt, Hkv, D, c.type}; };
+    double v_max = 0;
+    {
+      std::vector<int32_t> pos(size_t(c.n_ctx));
+      std::iota(pos.begin(), pos.end(), 0);
+      const std::vector<float> vh = rng.normals(size_t(c.n_ctx) * ts);
+      for (float x : vh) v_max = std::max(v_max, double(std::fabs(x)));
+      Twin<float> k(be(), rng.normals(size_t(c.n_ctx) * ts)), v(be(), vh);
+      Twin<int32_t> p(be(), pos);
+      both([&](Backend& b, int s) { b.kv_store(view(s), seq, k[s], v[s], p[s], c.n_ctx); });
+    }
+    std::vector<int32_t> pos;
+    for (int p : {0, 1, 31, 32, 255, 256, 257, 1023, 2047, 3000, 3583, 3998, 3999, 3999, 3999})
+      if (p < c.n_ctx) pos.push_back(p);
+    pos.push_back(c.n_ctx - 1);
+    const int n = int(pos.size());
+    std::ostringstream tag;
+    tag << "split gqa hd=" << D << " h=" << H << "/" << Hkv << " ctx=" << c.n_ctx << " " << type_name(c.type)
+        << (c.gated ? " gated" : "");
+    const size_t qhs = size_t(c.gated ? 2 : 1) * D, qrs = qhs * H, out_row = size_t(H) * D;
+    const float scale = 1.0f / std::sqrt(float(D));
+    const std::vector<float> qh = rng.normals(size_t(n) * qrs);
+    Twin<float> q(be(), qh), out(be(), std::vector<float>(size_t(n) * out_row, kPoison));
+    Twin<int32_t> p(be(), pos);
+    both([&](Backend& b, int s) { b.attention(q[s], qrs, qhs, n, p[s], H, view(s), seq, scale, out[s]); });
+    const std::vector<float> all = out.get(1);
+    Check(tag.str() + " vs cpu").all(all, out.get(0), 2e-5, 2e-5 * v_max);
+    // The last row alone, with the table padded to twice its length.
+    std::vector<int32_t> padded = tab;
+    padded.resize(2 * tab.size(), -1);
+    float* q1 = static_cast<float*>(gpu().alloc(qrs * sizeof(float)));
+    float* o1 = static_cast<float*>(gpu().alloc(out_row * sizeof(float)));
+    int32_t* p1 = static_cast<int32_t*>(gpu().alloc(sizeof(int32_t)));
+    gpu().upload(q1, qh.data() + size_t(n - 1) * qrs, qrs * sizeof(float));
+    gpu().upload(p1, &pos[size_t(n - 1)], sizeof(int32_t));
+    gpu().attention(q1, qrs, qhs, 1, p1, H, view(1), SeqKv{padded.data(), int(padded.size())}, scale, o1);
+    std::vector<float> one(out_row);
+    gpu().download(one.data(), o1, out_row * sizeof(float));
+    EXPECT_EQ(std::memcmp(one.data(), all.data() + size_t(n - 1) * out_row, out_row * sizeof(float)), 0)
+        << tag.str() << ": the last row differs alone (padded table) and among " << n;
+    gpu().release(p1), gpu().release(o1), gpu().release(q1);
+    for (int s = 0; s < 2; ++s) be_[s]->release(kp[s]), be_[s]->release(vp[s]);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Gated DeltaNet
 

@@ -4,10 +4,11 @@
 // Why. One block per (query head, row) walking the whole context gives a 1-row decode step of a
 // 24-head model 24 blocks on a 132-SM GPU, so at long contexts attention runs at a few percent
 // of the memory bandwidth. Here the context is cut into chunks of kSplitPositions positions: a
-// block per (head, row, chunk) computes that chunk's unnormalised softmax partial (its maximum
-// score m, the sum l of exp(score - m), and acc = sum exp(score - m) V), and a second kernel
-// merges a row's chunks in chunk order. Inside a block, 4 warps take positions w, w + 4, ... of
-// the chunk with their own online softmax, merged in warp order, as the one-pass kernel did.
+// block per (KV head, row, chunk) computes that chunk's unnormalised softmax partial of every
+// query head of the GQA group (its maximum score m, the sum l of exp(score - m), and acc = sum
+// exp(score - m) V; attention_group.cuh), and a second kernel merges a row's chunks in chunk
+// order. Head dims that are not a multiple of 8 (or q8_0 rows not a multiple of 4 bytes) keep the
+// simpler per-query-head partial kernel (attend_span: 4 warps, one position each at a time).
 //
 // Batch invariance. The chunks are a function of the position alone (fixed size, from 0), and a
 // row's partials and merge read only its own query, position and the cache, so a row's output
@@ -18,6 +19,7 @@
 // turns the row's output into NaN, as the old kernel did (the model reserves blocks first).
 #include <cmath>
 
+#include "backend/cuda/attention_group.cuh"
 #include "backend/cuda/attention_span.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
@@ -32,6 +34,7 @@ int split_chunks(int n_blocks, int block_tokens) {
   return int((positions + kSplitPositions - 1) / kSplitPositions);
 }
 
+// The per-query-head partials (head dims the group kernel does not take).
 // grid (n_head, rows, chunks); part: [row][head][chunk][D + 2] = acc[0..D), m, l.
 template <typename Read>
 __global__ void __launch_bounds__(kSpanWarps* kWarp)
@@ -90,16 +93,78 @@ __global__ void attention_merge_k(const int32_t* __restrict__ pos, int n_head, i
   }
 }
 
+// The group kernel's tiling for this layer shape, or ok = false where it does not apply.
+struct GroupPlan {
+  GroupTiling tiling;
+  size_t smem;
+  bool ok;
+};
+
+GroupPlan group_plan(int n_head, const KvLayerView& kv) {
+  GroupPlan p{};
+  const int group = n_head / kv.n_head_kv, D = kv.head_dim;
+  const size_t hb = kv.head_bytes();
+  GroupTiling& t = p.tiling;
+  t.heads = group < kGroupMaxHeads ? group : kGroupMaxHeads;
+  t.subgroups = (group + t.heads - 1) / t.heads;
+  int units = int((hb + 15) / 16);
+  units += 1 - units % 2;  // odd: 32 lanes reading 16 bytes of 32 rows hit distinct banks
+  t.row_bytes = 16 * units;
+  t.unit = hb % 16 == 0 ? 16 : hb % 8 == 0 ? 8 : 4;
+  for (t.tile = kGroupMaxTile; t.tile > kGroupMinTile; t.tile /= 2)
+    if (group_smem_bytes(t.heads, D, t.tile, t.row_bytes) <= kGroupSmemBudget) break;
+  p.smem = group_smem_bytes(t.heads, D, t.tile, t.row_bytes);
+  const auto addr = reinterpret_cast<uintptr_t>(kv.k) | reinterpret_cast<uintptr_t>(kv.v);
+  p.ok = D % 8 == 0 && D <= 4 * kGroupThreads * kGroupPvCols && hb % 4 == 0 && addr % uintptr_t(t.unit) == 0 &&
+         p.smem <= kGroupSmemBudget;
+  return p;
+}
+
+// False (nothing launched) where the device refuses the shared memory the group kernel needs.
+template <typename Read, int kUnit>
+bool launch_group(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos, int n_head,
+                  const KvLayerView& kv, const int32_t* table, int n_blocks, float scale, const GroupPlan& plan,
+                  int chunks, float* part, cudaStream_t s) {
+  constexpr auto kernel = attention_group_partial_k<Read, kUnit>;
+  // Above the default 48 KiB of dynamic shared memory (head dim 256 f16, 6 heads: 73 KiB).
+  static const bool smem_ok = [] {
+    const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(kGroupSmemBudget)) == cudaSuccess;
+    if (!ok) (void)cudaGetLastError();  // not the launch's error: the fallback kernel runs instead
+    return ok;
+  }();
+  if (!smem_ok) return false;
+  const unsigned blocks = unsigned(kv.n_head_kv * plan.tiling.subgroups);
+  launch(kernel, dim3(blocks, unsigned(rows), unsigned(chunks)), kGroupThreads, plan.smem, s, q, q_row_stride,
+         q_head_stride, pos, n_head, static_cast<const uint8_t*>(kv.k), static_cast<const uint8_t*>(kv.v),
+         kv.block_tokens, kv.n_head_kv, kv.head_dim, kv.token_bytes(), kv.head_bytes(), table, n_blocks, scale,
+         plan.tiling, part);
+  return true;
+}
+
 template <typename Read>
 void launch_split(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos,
                   int n_head, const KvLayerView& kv, const int32_t* table, int n_blocks, float scale, float* part,
                   float* out, cudaStream_t s) {
   const int chunks = split_chunks(n_blocks, kv.block_tokens);
-  const size_t shared = size_t(1 + kSpanWarps) * kv.head_dim * sizeof(float);
-  launch(attention_partial_k<Read>, dim3(unsigned(n_head), unsigned(rows), unsigned(chunks)), kSpanWarps * kWarp,
-         shared, s, q, q_row_stride, q_head_stride, pos, n_head, static_cast<const uint8_t*>(kv.k),
-         static_cast<const uint8_t*>(kv.v), kv.block_tokens, kv.n_head_kv, kv.head_dim, kv.token_bytes(),
-         kv.head_bytes(), table, n_blocks, scale, part);
+  const GroupPlan plan = group_plan(n_head, kv);
+  bool done = false;
+  if (plan.ok && plan.tiling.unit == 16)
+    done = launch_group<Read, 16>(q, q_row_stride, q_head_stride, rows, pos, n_head, kv, table, n_blocks, scale, plan,
+                                  chunks, part, s);
+  else if (plan.ok && plan.tiling.unit == 8)
+    done = launch_group<Read, 8>(q, q_row_stride, q_head_stride, rows, pos, n_head, kv, table, n_blocks, scale, plan,
+                                 chunks, part, s);
+  else if (plan.ok)
+    done = launch_group<Read, 4>(q, q_row_stride, q_head_stride, rows, pos, n_head, kv, table, n_blocks, scale, plan,
+                                 chunks, part, s);
+  if (!done) {
+    const size_t shared = size_t(1 + kSpanWarps) * kv.head_dim * sizeof(float);
+    launch(attention_partial_k<Read>, dim3(unsigned(n_head), unsigned(rows), unsigned(chunks)), kSpanWarps * kWarp,
+           shared, s, q, q_row_stride, q_head_stride, pos, n_head, static_cast<const uint8_t*>(kv.k),
+           static_cast<const uint8_t*>(kv.v), kv.block_tokens, kv.n_head_kv, kv.head_dim, kv.token_bytes(),
+           kv.head_bytes(), table, n_blocks, scale, part);
+  }
   launch(attention_merge_k, dim3(unsigned(n_head), unsigned(rows)), 128, 0, s, pos, n_head, kv.head_dim, chunks,
          static_cast<const float*>(part), out);
 }
