@@ -5,8 +5,11 @@
 // (mma_matmul.cu) and the fp32 CUDA-core one (matvec.cu), wherever each takes the weight (so
 // Q4_K and Q6_K show the f16 kernel they replace too). Prints microseconds, weight bytes per second against the
 // device's copy bandwidth (the decode measure) and TFLOPS-equivalent, 2 n_in n_out rows / time
-// (the prefill measure), so a kernel change is judged in one call without a model. Weights
-// rotate over copies larger than the L2 cache, as a decode step streams each weight once.
+// (the prefill measure), so a kernel change is judged in one call without a model. For Q6_K the
+// imma lines of more than 32 rows are the prefill GEMM (imma_q6k_gemm.cu) with its activation
+// quantizer; "ffn down" and "attn k" (the shape of attn_v) at 512 and 4096 rows are the ones its
+// block shapes were chosen for. Weights rotate over copies larger than the L2 cache, as a
+// decode step streams each weight once.
 //
 //   matmul_kernels [--reps N]   (built with the CUDA backend; run on the GPU machine)
 #include <cuda_runtime.h>
@@ -45,7 +48,9 @@ struct Shape {
 const Shape kShapes[] = {{"ffn gate/up", 5120, 17408}, {"ffn down", 17408, 5120}, {"gdn qkv", 5120, 10240},
                          {"attn/gdn out", 6144, 5120}, {"attn k", 5120, 1024}, {"gdn beta", 5120, 48}};
 const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::IQ4_XS};
-const int kRows[] = {1, 8, 16, 32, 128, 512};
+// 512: a prefill chunk; 4096: the tensor-core kernels only (the fp32 one stops at 512).
+const int kRows[] = {1, 8, 16, 32, 128, 512, 4096};
+constexpr int kMvMaxRows = 512;
 constexpr size_t kRotateBytes = size_t(512) << 20;  // > the H200's 50 MB L2, ten times over
 
 float median(std::vector<float> v) {
@@ -126,28 +131,28 @@ int main(int argc, char** argv) {
       struct Kernel {
         const char* name;
         bool takes;
-        int min_rows;
+        int min_rows, max_rows;
         std::function<void(int)> prepare;  // untimed, before the timed calls of a row count
         std::function<void(const Weight&, int)> run;
       };
       const Kernel kernels[] = {
-          {"imma (int8 tensor cores)", df::cuda::imma_supports(w0), 1, nullptr,
+          {"imma (int8 tensor cores)", df::cuda::imma_supports(w0), 1, max_rows, nullptr,
            [&](const Weight& w, int rows) {
              const Weight* ws[1] = {&w};
              float* ys[1] = {y};
              df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, s);
            }},
           {"imma GEMM alone (x quantized before)", t == GgmlType::Q4_K && df::cuda::imma_supports(w0),
-           df::cuda::kImmaGemmMinRows + 1,
+           df::cuda::kImmaGemmMinRows + 1, max_rows,
            [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
            [&](const Weight& w, int rows) { df::cuda::imma_gemm_quantized(w, y, rows, scratch, s); }},
-          {"mma (f16 tensor cores)", df::cuda::mma_supports(w0), 1, nullptr,
+          {"mma (f16 tensor cores)", df::cuda::mma_supports(w0), 1, max_rows, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
-          {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, nullptr,
+          {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, kMvMaxRows, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mv_matmul(w, x, rows, y, s); }}};
       for (int rows : kRows) {
         for (const Kernel& k : kernels) {
-          if (!k.takes || rows < k.min_rows) continue;
+          if (!k.takes || rows < k.min_rows || rows > k.max_rows) continue;
           if (k.prepare) k.prepare(rows);
           cudaEvent_t a, b;
           cudaEventCreate(&a);

@@ -1733,9 +1733,12 @@ TEST(CudaGraphs, SpeculationEqualsPlainDecoding) {
 // 34 super-blocks, two a slot, at 2500 rows). n_in 1024 and 5120: one super-block per slot;
 // 17408: three (slots that start on odd super-blocks); 8448 (33 super-blocks, odd) is not on
 // the integer kernels (rows would start at 2 mod 4) and checks the fallback's rows instead.
+// Block shapes (imma_q6k_gemm, on 132 SMs): n_out 12000 and 4500 (two a slot, a tail of 20 rows
+// in the last block) take the 128 x 64 blocks, the rest the 64 x 64 ones.
 TEST_F(CudaOps, Q6kGemmRowsEqualDecodeRows) {
   for (const GemmCase& c : {GemmCase{5120, 300, 300}, GemmCase{17408, 130, 300}, GemmCase{1024, 12000, 600},
-                            GemmCase{8448, 37, 300}, GemmCase{5120, 3000, 2500}, GemmCase{8704, 45, 2500}})
+                            GemmCase{8448, 37, 300}, GemmCase{5120, 3000, 2500}, GemmCase{8704, 45, 2500},
+                            GemmCase{8704, 4500, 300}})
     expect_gemm_rows_equal_decode_rows(gpu(), GgmlType::Q6_K, c, 7300 + uint64_t(c.n_in));
 }
 

@@ -350,14 +350,6 @@ void gemm_launch(const Segments& segs, int n_sb, const Slots& slots, const int8_
     gemm_launch<MT, NT, WM, WN, false>(segs, n_sb, slots.per_slot, xq, xd, xm, n_in, rows, rows_pad, s);
 }
 
-int sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    return 132;  // an H100/H200's; only the tile choice depends on it
-  return n;
-}
-
 }  // namespace
 
 // Warps of 64 x 32 outputs (16 mma tiles: each A fragment serves 4 n-tiles, each B fragment 4

@@ -8,16 +8,14 @@
 //     mma.m16n8k16 (2,048 each) + 2.8 M for the -32 offsets; 2.85 G scale multiply-adds (IMAD,
 //     one per output, row and 16-element group: 64 a clock per SM, 171 us at best, the floor).
 //   attn_v, n_in 5120 -> n_out 1024: weights 4.3 MB, activations 2.6 MB, 2.7 G multiply-adds,
-//     168 M scale IMADs (10 us at best; 64 blocks of 128 x 64: half the SMs, latency-bound).
+//     168 M scale IMADs (10 us at best; 128 blocks of 64 x 64, see Tiles).
 //   The decode kernel streams every weight once per 32 activation rows (16 times: 1.17 GB through
 //   L2 for ffn_down) and re-unpacks it each time; the 48 ms that Q6_K products take in a 512-row
 //   prefill of the 27B-shaped mix (32 ffn_down, 8 attn_v) put it at ~60 TOPS, ~1.5 ms per ffn_down.
 //   Here a weight is read once per 64-row tile (585 MB from L2 for ffn_down, plus 408 MB of
-//   activations, once per 128 outputs), each unpacked
-//   fragment serves 4 n-tiles and each activation fragment 2 m-tiles. Expected: about
-//   the Q4_K GEMM's rate less the cost of twice the mma instructions and scale IMADs per
-//   multiply-add (m16n8k16 per 16-element group against m16n8k32 per 32): ~130-160 TOPS, ffn_down
-//   ~0.6-0.7 ms, so the 48 ms become ~22-25 ms.
+//   activations, once per 128 outputs), each unpacked fragment serves 4 n-tiles. The first
+//   version (warps of 32 x 32, see Tiles) took 950 us a call (96 TOPS); the scale IMADs bound it
+//   at 171 us, shared memory at ~150 us, the L2 (~1 GB) at ~200 us.
 //
 // Bit identity. Per (row, output) and super-block both kernels form the same exact integers:
 // isum = sum_j sc_j dot_j (mma sums are exact; the same lane order as the decode kernel, as this
@@ -39,10 +37,18 @@
 // so that each quarter-warp of a 16-byte load (two rows, four lanes each) meets eight distinct
 // bank groups; per-16 sums 32 bytes a row, scales 4.
 //
-// Tiles. 128 weight rows x 64 activation rows a block, eight warps of 32 x 32 (MT = 2, NT = 4:
-// 186 registers, no spills; each unpacked weight fragment serves 4 n-tiles, each activation
-// fragment 2 m-tiles), 129 KiB of shared memory with the slot totals (97 KiB without): one block
-// an SM. ffn_down at 512 rows: 320 blocks, 2.4 waves. Warps of 64 x 32 (128 x 128 blocks, half
+// Tiles. Warps of 16 x 32 outputs (MT = 1, NT = 4: each unpacked weight fragment serves 4
+// n-tiles; 113-117 registers, no spills), so that 16 warps fit an SM at 128 registers a thread.
+// The first version's warps of 32 x 32 (186 registers: eight warps, one 128 x 64 block an SM)
+// reached 96 TOPS on ffn_down at 512 rows, ~4.5 times the time of its scale IMADs per
+// super-block: the latency of the shared-memory loads, the mma and the cp.async stages showed
+// through two warps a scheduler. Blocks by the weights' shape (imma_q6k_gemm): 128 x 64, 16
+// warps, three stages (177 KiB with the slot totals: one block an SM) where a 512-row call of
+// them fills two waves or more (ffn_down: 320 blocks); else 64 x 64, 8 warps, two stages (83
+// KiB: two blocks an SM; attn_v: 128 blocks, where 128 x 64 ones took 64 SMs). The cost: each
+// activation fragment now serves one m-tile, so a 128 x 64 tile reads ~180 KB of shared memory
+// a super-block (~1.4 k cycles at 128 B a cycle, plus ~0.4 k of cp.async writes) against ~2 k
+// cycles of scale IMADs (64 a cycle), up from ~120 KB. Warps of 64 x 32 (128 x 128 blocks, half
 // the weight copies per output) spill with the fragments of two quarters held (255 registers).
 #include <type_traits>
 
@@ -59,7 +65,7 @@ constexpr int kWWords = 53;   // aligned words covering a block: [block - rot, b
 constexpr int kWRow = 240;    // bytes per weight row in shared memory
 constexpr int kXRow = kSb;    // bytes per activation row in shared memory
 constexpr int kSRow = 32;     // bytes of per-16 sums per activation row (4 x uint2)
-constexpr int kStages = 2;    // one super-block computes while the next loads
+constexpr int kSmWarps = 16;  // warps an SM: blocks of 16 warps alone, of 8 two to an SM
 
 // One pipeline stage for a BM x BN tile: weights, activations, activation scales, per-16 sums.
 template <int BM, int BN>
@@ -74,8 +80,16 @@ struct Q6kStage {
 // Where chunk (c, t) of an activation row sits in its shared-memory row (see the header).
 __device__ __forceinline__ int x_chunk(int row, int c, int t) { return (4 * t + c) ^ (4 * (row & 1)); }
 
-template <int MT, int NT, int WM, int WN, bool kMulti>
-__global__ void __launch_bounds__(WM* WN* kWarp, 1)
+// One mma.m16n8k16 (u8 weights x s8 activations) from zero: a group's exact integer dot.
+__device__ __forceinline__ void dot_16816(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a0), "r"(a1), "r"(b), "r"(0));
+}
+
+// kStages: super-blocks in flight (kStages - 1 load while one computes).
+template <int MT, int NT, int WM, int WN, int kStages, bool kMulti>
+__global__ void __launch_bounds__(WM* WN* kWarp, kSmWarps / (WM * WN))
     imma_q6k_gemm_kernel(const Segments segs, int n_sb, int per_slot, const int8_t* __restrict__ xq,
                          const float* __restrict__ xd, const uint2* __restrict__ xs, int rows_pad, int rows) {
   constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN, kWarps = WM * WN, kThreads = kWarps * kWarp;
@@ -126,12 +140,18 @@ __global__ void __launch_bounds__(WM* WN* kWarp, 1)
     }
   };
 
-  // Weights never change, so the first stage's may load before the previous kernel ends.
-  load_w(0, 0);
+  // Weights never change, so the first stages' may load before the previous kernel ends. All of
+  // them are in the first commit group, load_x(st) in group st.
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st)
+    if (st < n_sb) load_w(st, st);
   pdl_wait();
   pdl_trigger();
-  load_x(0, 0);
-  cp_async_commit();
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < n_sb) load_x(st, st);
+    cp_async_commit();
+  }
 
   // Per output: the running total, and for kMulti the current slot's sum (tot_s: the totals).
   float run[MT][NT][4];
@@ -212,8 +232,8 @@ __global__ void __launch_bounds__(WM* WN* kWarp, 1)
             for (int nt = 0; nt < NT; ++nt) {
               const uint4& x = b[q][nt];
               const uint32_t bw = jj == 0 ? x.x : jj == 1 ? x.y : jj == 2 ? x.z : x.w;
-              int d[4] = {0, 0, 0, 0};
-              imma_16816<true, false>(d, a0, a1, bw);
+              int d[4];
+              dot_16816(d, a0, a1, bw);
               isum[mt][nt][0] += sc0 * d[0];
               isum[mt][nt][1] += sc0 * d[1];
               isum[mt][nt][2] += sc1 * d[2];
@@ -267,11 +287,14 @@ __global__ void __launch_bounds__(WM* WN* kWarp, 1)
   for (int sb = 0; sb < n_sb; ++sb) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // stage sb landed for all threads; stage sb - 1 is no longer read
-    if (sb + 1 < n_sb) {
-      load_w((sb + 1) % kStages, sb + 1);
-      load_x((sb + 1) % kStages, sb + 1);
+    {
+      const int next = sb + kStages - 1;  // into stage (sb - 1) % kStages
+      if (next < n_sb) {
+        load_w(next % kStages, next);
+        load_x(next % kStages, next);
+      }
+      cp_async_commit();
     }
-    cp_async_commit();
     if (q6k_rot(sb) == 0) step(std::integral_constant<int, 0>{}, sb % kStages);
     else step(std::integral_constant<int, 2>{}, sb % kStages);
 
@@ -315,11 +338,13 @@ __global__ void __launch_bounds__(WM* WN* kWarp, 1)
     }
 }
 
-template <int MT, int NT, int WM, int WN, bool kMulti>
+template <int MT, int NT, int WM, int WN, int kStages, bool kMulti>
 void q6k_gemm_launch(const Segments& segs, int n_sb, int per_slot, const Q6kActs& a, int rows, cudaStream_t s) {
   constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN;
-  constexpr auto kernel = imma_q6k_gemm_kernel<MT, NT, WM, WN, kMulti>;
+  constexpr auto kernel = imma_q6k_gemm_kernel<MT, NT, WM, WN, kStages, kMulti>;
   constexpr size_t smem = kStages * size_t(Q6kStage<BM, BN>::kBytes) + (kMulti ? size_t(BM) * BN * sizeof(float) : 0);
+  // kSmWarps / (WM WN) blocks an SM, each with 1 KiB reserved, within the 228 KiB.
+  static_assert((smem + 1024) * (kSmWarps / (WM * WN)) <= 228 * 1024, "shared memory for the blocks an SM");
   // Above the default 48 KiB of dynamic shared memory; all of the unified L1 as shared memory.
   static const bool smem_ok = [] {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) == cudaSuccess &&
@@ -333,18 +358,25 @@ void q6k_gemm_launch(const Segments& segs, int n_sb, int per_slot, const Q6kActs
          a.rows_pad, rows);
 }
 
-template <int MT, int NT, int WM, int WN>
+template <int MT, int NT, int WM, int WN, int kStages>
 void q6k_gemm_launch(const Segments& segs, int n_sb, const Slots& slots, const Q6kActs& a, int rows, cudaStream_t s) {
-  if (slots.per_slot > 1) q6k_gemm_launch<MT, NT, WM, WN, true>(segs, n_sb, slots.per_slot, a, rows, s);
-  else q6k_gemm_launch<MT, NT, WM, WN, false>(segs, n_sb, slots.per_slot, a, rows, s);
+  if (slots.per_slot > 1) q6k_gemm_launch<MT, NT, WM, WN, kStages, true>(segs, n_sb, slots.per_slot, a, rows, s);
+  else q6k_gemm_launch<MT, NT, WM, WN, kStages, false>(segs, n_sb, slots.per_slot, a, rows, s);
 }
 
 }  // namespace
 
-// One block shape: 128 x 64 (eight warps of 32 x 32, see the header).
+// Warps of 16 x 32 (see the header) in one of two block shapes, by the weights' shape alone (so
+// a row's bits never depend on the call's row count): 128 x 64 (16 warps, one block an SM, three
+// stages) where a 512-row call of those fills two waves of the SMs, else 64 x 64 (8 warps, two
+// blocks an SM), which puts twice the blocks on the SMs of a small n_out.
 void imma_q6k_gemm(const Segments& segs, int64_t n_in, const Q6kActs& a, int rows, cudaStream_t s) {
   const int n_sb = int(n_in / kSb);
-  q6k_gemm_launch<2, 4, 4, 2>(segs, n_sb, slots_of(n_sb), a, rows, s);
+  const Slots slots = slots_of(n_sb);
+  int64_t m_tiles = 0;
+  for (int k = 0; k < segs.n; ++k) m_tiles += (segs.n_out[k] + 127) / 128;
+  if (m_tiles * (512 / 64) >= 2 * int64_t(sm_count())) q6k_gemm_launch<1, 4, 8, 2, 3>(segs, n_sb, slots, a, rows, s);
+  else q6k_gemm_launch<1, 4, 4, 2, 2>(segs, n_sb, slots, a, rows, s);
 }
 
 }  // namespace df::cuda
