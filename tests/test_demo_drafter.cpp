@@ -12,6 +12,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "backend/backend.h"
 #include "gguf/gguf.h"
 #include "model/draft_model.h"
 #include "model/target_model.h"
@@ -32,7 +33,20 @@ std::vector<double> log_softmax(const float* x, size_t n) {
   return out;
 }
 
-TEST(DemoDrafter, BlockLogitsMatchFloat64Reference) {
+// Each test runs on the CPU backend and, where a GPU is present, on CUDA: the drafter must match
+// the reference (and the live loop the offline procedure) on the device users run it on.
+class DemoDrafter : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "cuda" && cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  }
+  std::unique_ptr<Backend> backend() const { return GetParam() == "cuda" ? make_cuda_backend(0) : make_cpu_backend(1); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, DemoDrafter, ::testing::Values("cpu", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+TEST_P(DemoDrafter, BlockLogitsMatchFloat64Reference) {
   const std::string dir = std::string(DELTAFLASH_TEST_DATA) + "/demo/drafter_golden/";
   const std::string models = std::string(DELTAFLASH_SOURCE_DIR) + "/models/demo/";
   std::ifstream in(dir + "golden.json");
@@ -43,7 +57,7 @@ TEST(DemoDrafter, BlockLogitsMatchFloat64Reference) {
 
   auto tf = gguf::File::open(models + "qwen35-demo-target-q8_0.gguf");
   auto dfile = gguf::File::open(models + "qwen35-demo-drafter-q8_0.gguf");
-  auto be = make_cpu_backend(1);
+  auto be = backend();
   TargetModel tm(*tf, *be, ModelOptions{});
   DraftModel dm(*dfile, tm);
   ASSERT_EQ(dm.hparams().target_layer_ids, g["target_layer_ids"].get<std::vector<int>>());
@@ -79,8 +93,8 @@ TEST(DemoDrafter, BlockLogitsMatchFloat64Reference) {
       EXPECT_EQ(ours, ids[0]) << "row " << r << ": a confident reference draft differs";
     }
   }
-  std::printf("[demo-drafter] max |dlogprob| over top-8 = %.4f; confident rows %d, top-1 agree %d\n", worst, confident,
-              agree);
+  std::printf("[demo-drafter] %s: max |dlogprob| over top-8 = %.4f; confident rows %d, top-1 agree %d\n",
+              GetParam().c_str(), worst, confident, agree);
   EXPECT_LE(worst, 0.5) << "drafter logits drift beyond Q8_0 rounding";
   EXPECT_GT(confident, 0) << "no confident row: the fixture tests nothing";
 }
@@ -93,13 +107,13 @@ TEST(DemoDrafter, BlockLogitsMatchFloat64Reference) {
 // twice or not at all) lowers acceptance without breaking exactness; this catches it. Features
 // from a 16-row verify and from one long forward differ by fp32 rounding, so a step may part
 // at a near-tie: at least 90% of the steps must agree.
-TEST(DemoDrafter, LiveAcceptanceEqualsTeacherForcedAcceptance) {
+TEST_P(DemoDrafter, LiveAcceptanceEqualsTeacherForcedAcceptance) {
   const std::string models = std::string(DELTAFLASH_SOURCE_DIR) + "/models/demo/";
   std::ifstream sin(std::string(DELTAFLASH_TEST_DATA) + "/demo/samples.json");
   const nlohmann::json samples = nlohmann::json::parse(sin);
   auto tf = gguf::File::open(models + "qwen35-demo-target-q8_0.gguf");
   auto dfile = gguf::File::open(models + "qwen35-demo-drafter-q8_0.gguf");
-  auto be = make_cpu_backend(1);
+  auto be = backend();
   TargetModel tm(*tf, *be, ModelOptions{});
   const Tokenizer tok(Vocab::from_gguf(*tf));
   DraftModel dm(*dfile, tm);
@@ -142,8 +156,8 @@ TEST(DemoDrafter, LiveAcceptanceEqualsTeacherForcedAcceptance) {
       p += size_t(st.step_accepted[j]) + 1;
     }
   }
-  std::printf("[demo-drafter] live vs teacher-forced: %d of %d steps agree; accepted drafts %d live, %d forced\n", agree,
-              steps, live_acc, forced_acc);
+  std::printf("[demo-drafter] %s: live vs teacher-forced: %d of %d steps agree; accepted drafts %d live, %d forced\n",
+              GetParam().c_str(), agree, steps, live_acc, forced_acc);
   EXPECT_GE(agree, steps * 9 / 10);
 }
 

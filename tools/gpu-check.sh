@@ -38,6 +38,7 @@
 #                                     (appended to bench_<type>.txt)
 #                                     --kernels: every CUDA matmul kernel alone on 27B-shaped
 #                                     weights, 1-32 rows (bench/matmul_kernels.cpp; kernels.txt)
+#                                     --filter F: gtest filter for the CUDA tests (default all)
 #                                     --budget S: seconds the whole script may take (default
 #                                     470); the tests get what the bench leaves, so the bench
 #                                     numbers come even when a test runs long
@@ -74,6 +75,7 @@ SERVE=0
 KERNELS=0
 LONG=0
 MODELS=mix-q4_k_m,q8_0
+FILTER='*'
 SHAPE=27b
 BUDGET=470
 LOG=build-gpu-check
@@ -90,6 +92,7 @@ while [ $# -gt 0 ]; do
     --models) MODELS=$2; shift ;;
     --shape) SHAPE=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
+    --filter) FILTER=$2; shift ;;
     -*) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
     *) LOG=$1 ;;
   esac
@@ -157,7 +160,7 @@ build_rc=0
   cmake --version | head -1; (nvcc --version || /usr/local/cuda/bin/nvcc --version) | tail -2; c++ --version | head -1
   cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DDELTAFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
     "${CMAKE_DEPS[@]}" &&
-    cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops deltaflash $([ "$KERNELS" = 1 ] && echo matmul_kernels)
+    cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops test_demo_drafter deltaflash $([ "$KERNELS" = 1 ] && echo matmul_kernels)
 } >"$LOG/build.log" 2>&1 || build_rc=$?
 echo "gpu-check: build of test_cuda_ops rc=$build_rc ($(elapsed))"
 if [ "$build_rc" -ne 0 ]; then
@@ -210,7 +213,11 @@ cuda_rc=0
 test_limit=420
 [ "$BENCH" = 1 ] && test_limit=$(( $(left) - 150 ))
 [ "$test_limit" -lt 60 ] && test_limit=60
-timeout "$test_limit" "$BUILD/tests/test_cuda_ops" --gtest_output="xml:$LOG/test_cuda_ops.xml" >"$LOG/test_cuda_ops.log" 2>&1 || cuda_rc=$?
+timeout "$test_limit" "$BUILD/tests/test_cuda_ops" --gtest_filter="$FILTER" --gtest_output="xml:$LOG/test_cuda_ops.xml" \
+  >"$LOG/test_cuda_ops.log" 2>&1 || cuda_rc=$?
+# The demo drafter against its float64 reference and the live loop against the offline
+# procedure, on CUDA as on the CPU (appended to the same log).
+timeout 120 "$BUILD/tests/test_demo_drafter" --gtest_filter="*/cuda" >>"$LOG/test_cuda_ops.log" 2>&1 || cuda_rc=$?
 echo "gpu-check: CUDA tests rc=$cuda_rc ($(elapsed), limit ${test_limit}s)"
 
 mem_rc=skipped
@@ -370,6 +377,7 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
   echo
   echo "=== models (CUDA vs CPU) ==="
   grep '^\[cuda-model\]' "$LOG/test_cuda_ops.log" || true
+  grep '^\[demo-drafter\]' "$LOG/test_cuda_ops.log" || true
   for f in "$LOG"/ncu_*.txt; do
     [ -s "$f" ] || continue
     echo; echo "=== $(basename "$f") ==="
