@@ -1,7 +1,9 @@
 // The partial kernel of the split attention (attention_decode.cu) for a whole GQA group: one
 // block per (KV head, row, chunk of kSplitPositions positions) computes the chunk's softmax
 // partials of all the query heads that share the KV head (up to kGroupMaxHeads per block), so
-// each K and V row is read from memory once per group, not once per query head.
+// each K and V row is read from memory once per group, not once per query head. Measured on
+// the H200 (27B shape, 16 layers, session 6): decode costs 0.36 ms more per token at 1K context
+// and 2.15 ms more at 32K than at an empty one (the per-head kernel: 1.48 and 3.54 ms).
 //
 // Why this shape. A decode step reads the context's K/V once per layer; the per-head kernel read
 // it n_head / n_head_kv times and each warp walked positions with one dependent load at a time

@@ -24,6 +24,9 @@
 // reads per layer at 512 rows): 512 rows = 384 records per layer: prepare 1.2 GFLOP ~ 0.06
 // ms, state 2.6 GFLOP ~ 0.17 ms; ~0.23 ms per layer, ~11 ms per prefill (recurrence: 38.5 ms).
 // 4096 rows: 8x, ~90 ms (recurrence, linear in rows: ~310 ms).
+// Measured on the H200 (docs/performance.md, session 6): 20.1 ms per 512-row prefill chunk of the
+// 27B shape (48 layers), twice the estimate: the next step is to find which kernel is slower
+// than assumed (time prepare alone) before moving to tensor cores.
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
