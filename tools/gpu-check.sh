@@ -38,6 +38,12 @@
 #                                     (appended to bench_<type>.txt)
 #                                     --kernels: every CUDA matmul kernel alone on 27B-shaped
 #                                     weights, 1-32 rows (bench/matmul_kernels.cpp; kernels.txt)
+#                                     --llama: with --bench, also build llama.cpp's llama-bench for
+#                                     sm_90 from third_party/llama-src.tar.xz (carry it: made by
+#                                     bench/pack-llama-source.sh; built in the background while ours
+#                                     builds and tests) and run it on the same model files, flash
+#                                     attention on: pp512 / pp4096 / tg32, and tg32 after 32768
+#                                     tokens when time is left (llama_<type>.txt)
 #                                     --filter F: gtest filter for the CUDA tests (default all)
 #                                     --budget S: seconds the whole script may take (default
 #                                     470); the tests get what the bench leaves, so the bench
@@ -73,6 +79,7 @@ SPEC=0
 NCU=0
 SERVE=0
 KERNELS=0
+LLAMA=0
 LONG=0
 MODELS=mix-q4_k_m,q8_0
 FILTER='*'
@@ -88,6 +95,7 @@ while [ $# -gt 0 ]; do
     --ncu) NCU=1 ;;
     --serve) SERVE=1 ;;
     --kernels) KERNELS=1 ;;
+    --llama) LLAMA=1 ;;
     --long) LONG=1 ;;
     --models) MODELS=$2; shift ;;
     --shape) SHAPE=$2; shift ;;
@@ -143,6 +151,25 @@ EOF
   done
   export LD_LIBRARY_PATH="$RTLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "gpu-check: dependencies from $DEB_DIR unpacked under $PREFIX (runtime libs: $(ls "$RTLIB" | tr '\n' ' '))"
+fi
+
+# --- llama.cpp, the peer, built in the background (--llama) ---
+llama_pid=""
+LLAMA_BENCH=/tmp/llama-build/bin/llama-bench
+if [ "$LLAMA" = 1 ]; then
+  if [ -f third_party/llama-src.tar.xz ]; then
+    (
+      rm -rf /tmp/llama-src /tmp/llama-build && mkdir -p /tmp/llama-src && tar xJf third_party/llama-src.tar.xz -C /tmp/llama-src &&
+        cmake -S /tmp/llama-src -B /tmp/llama-build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF \
+          -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+          -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON -DGGML_CCACHE=OFF \
+          -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 &&
+        nice cmake --build /tmp/llama-build --target llama-bench -j"$(( JOBS / 2 ))"
+    ) >"$LOG/llama_build.log" 2>&1 &
+    llama_pid=$!
+  else
+    echo "gpu-check: --llama needs third_party/llama-src.tar.xz (bench/pack-llama-source.sh, then carry it)"
+  fi
 fi
 
 # --- build ---
@@ -279,6 +306,19 @@ if [ "$BENCH" = 1 ]; then
         echo "gpu-check: tg32 at depth $d, $t ($(elapsed))"
       done
     fi
+    if [ -n "$llama_pid" ]; then  # the peer on the same file, while it exists
+      wait "$llama_pid" && echo "gpu-check: llama.cpp built ($(elapsed))" || echo "gpu-check: llama.cpp build failed"
+      llama_pid=""
+    fi
+    if [ "$LLAMA" = 1 ] && [ -x "$LLAMA_BENCH" ] && [ "$(left)" -gt 90 ]; then
+      timeout $(( $(left) - 30 )) "$LLAMA_BENCH" -m "$f" -p 512,4096 -n 32 -fa on -ngl 99 -r 2 -o md \
+        >"$LOG/llama_$t.txt" 2>&1 || echo "gpu-check: llama-bench rc=$?"
+      if [ "$(left)" -gt 150 ]; then  # generation after 32768 tokens of context, as bench -d
+        timeout $(( $(left) - 30 )) "$LLAMA_BENCH" -m "$f" -p 0 -n 32 -d 32768 -fa on -ngl 99 -r 1 -o md \
+          >>"$LOG/llama_$t.txt" 2>&1 || echo "gpu-check: llama-bench at depth rc=$?"
+      fi
+      echo "gpu-check: llama-bench $t ($(elapsed))"
+    fi
     rm -f "$f"
   done
 fi
@@ -408,6 +448,10 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
     printf '%-22s %s\n' "CPU unit tests" "skipped (--no-cpu-tests)"
   fi
   printf '%-22s %s\n' "bench" "$bench_rc"
+  for lf in "$LOG"/llama_*.txt; do
+    [ -f "$lf" ] || continue
+    echo; echo "=== llama.cpp CUDA on the same file ($(basename "$lf")) ==="; grep -E '^\|' "$lf" || tail -5 "$lf"
+  done
   printf '%-22s %s\n' "speculation" "$spec_rc"
   if [ "$SPEC" = 1 ]; then
     echo; echo "=== speculation: 27B-shaped pair ==="; grep -A4 "^| block" "$LOG/spec_27b.txt" || tail -5 "$LOG/spec_27b.txt"
@@ -432,7 +476,7 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
 # speculation tables), pack the rest (JSON, graphs on/off runs, build logs) into other_logs.tgz.
 (
   cd "$LOG"
-  ls | grep -v -E '^(summary\.txt|test_cuda_ops\.log|bench_.*\.txt|spec_(27b|demo|heldout)\.txt|serve\.txt|kernels\.txt)$' >/tmp/gpu-check-pack.txt || true
+  ls | grep -v -E '^(summary\.txt|test_cuda_ops\.log|bench_.*\.txt|spec_(27b|demo|heldout)\.txt|llama_[^b].*\.txt|serve\.txt|kernels\.txt)$' >/tmp/gpu-check-pack.txt || true
   if [ -s /tmp/gpu-check-pack.txt ]; then tar czf other_logs.tgz -T /tmp/gpu-check-pack.txt && xargs rm -f </tmp/gpu-check-pack.txt; fi
 )
 [ "$cuda_rc" -eq 0 ] && [ "$cpu_rc" -eq 0 ] && [ "$all_rc" -eq 0 ] && { [ "$mem_rc" = 0 ] || [ "$mem_rc" = skipped ]; } &&
