@@ -66,15 +66,35 @@ TEST(SpecPolicy, WidthsAreNHalfAndQuarter) {
   EXPECT_EQ(p.widths(2), (std::vector<int>{1}));
 }
 
+// Each step kind's first two runs (CUDA graphs: op by op, then the capture) are not samples:
+// 2 + 2 plain steps, then the widest width 2 + 4 times, the others 2 + 2.
 TEST(SpecPolicy, WarmsUpPlainThenMeasuresEveryWidth) {
   SpecPolicy p(SpecOptions{});
   std::vector<int> seq;
-  for (int i = 0; i < 10; ++i) {
+  for (int i = 0; i < 18; ++i) {
     const int n = p.drafts(16);
     seq.push_back(n);
     p.record(n == 0 ? 1.0 : 1.1, n == 0 ? 1 : 4, n);  // speculation pays: 1.1 s for 4 tokens
   }
-  EXPECT_EQ(seq, (std::vector<int>{0, 0, 15, 15, 15, 15, 8, 8, 4, 4}));
+  EXPECT_EQ(seq, (std::vector<int>{0, 0, 0, 0, 15, 15, 15, 15, 15, 15, 8, 8, 8, 8, 4, 4, 4, 4}));
+}
+
+// Warm-up runs far slower than the rest (a graph's first sight and capture) must not become the
+// baseline: plain steps that cost 10 s twice, then 1 s; speculation at 1.5 s a token is slower
+// and is turned off (with the warm-up counted it would look 3x cheaper than plain).
+TEST(SpecPolicy, SlowWarmupRunsAreNotTheBaseline) {
+  SpecPolicy p(SpecOptions{true, 1000, 0});
+  int plain_runs = 0, off_after = -1;
+  for (int i = 0; i < 40 && off_after < 0; ++i) {
+    const int n = p.drafts(8);
+    if (n == 0) {
+      p.record(plain_runs++ < 2 ? 10.0 : 1.0, 1, 0);
+      if (plain_runs > 4) off_after = i;  // plain again after the probes: turned off
+    } else {
+      p.record(3.0, 2, n);  // 2 tokens for 3 s, every width
+    }
+  }
+  EXPECT_GT(off_after, 0) << "speculation slower than plain decoding was never turned off";
 }
 
 TEST(SpecPolicy, ChoosesTheWidthWithTheLowestCostPerToken) {
@@ -102,9 +122,9 @@ TEST(SpecPolicy, TurnsOffWhenSlowerThanPlainAndReprobesWithBackoff) {
     return n;
   };
   int spec = 0, plain = 0;
-  // Warm-up (2 plain), probes (4 + 2 + 2 speculative), then off for 10 tokens.
-  for (int i = 0; i < 2 + 8; ++i) (step(3.0) ? spec : plain)++;
-  EXPECT_EQ(spec, 8);
+  // Warm-up (2 + 2 plain), probes ((2 + 4) + (2 + 2) + (2 + 2) speculative), then off for 10 tokens.
+  for (int i = 0; i < 4 + 14; ++i) (step(3.0) ? spec : plain)++;
+  EXPECT_EQ(spec, 14);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(step(3.0), 0) << "off for --draft-reprobe tokens";
   // The re-probe fails too: off for twice as long.
   for (int i = 0; i < 8; ++i) EXPECT_GT(step(3.0), 0) << "re-probe " << i;

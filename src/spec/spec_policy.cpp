@@ -12,6 +12,11 @@ constexpr int kPlainWarmupSteps = 2;  // plain steps measured first, as the base
 constexpr int kMaxBackoff = 16;
 constexpr int kWidthProbes = 2;       // steps measured at each narrower width before choosing
 constexpr int kRefreshEvery = 16;     // speculative steps between re-measurements
+// Runs of a step kind (plain, or a verify width) whose time is not a cost sample: with CUDA
+// graphs a step's first sight runs op by op and its second is captured, both several times
+// slower than the replays that follow (on the demo pair that made plain steps look 2.5x dearer
+// than they are, so speculation that did not pay was never turned off).
+constexpr int kWarmupRuns = 2;
 }  // namespace
 
 void SpecPolicy::reset() { *this = SpecPolicy(opt_); }
@@ -72,7 +77,8 @@ int SpecPolicy::drafts(int block_size) const {
 void SpecPolicy::record(double seconds, int committed, int drafted) {
   if (drafted <= 0) {
     const double per_token = seconds / std::max(committed, 1);
-    plain_cost_ = plain_samples_++ == 0 ? per_token : (1 - kEma) * plain_cost_ + kEma * per_token;
+    if (plain_runs_++ >= kWarmupRuns)
+      plain_cost_ = plain_samples_++ == 0 ? per_token : (1 - kEma) * plain_cost_ + kEma * per_token;
     if (off_tokens_left_ > 0 && (off_tokens_left_ -= committed) <= 0) {
       off_tokens_left_ = 0;
       step_samples_.fill(0);  // re-probe with fresh step costs (acceptance statistics stay)
@@ -82,7 +88,8 @@ void SpecPolicy::record(double seconds, int committed, int drafted) {
   }
   const size_t n = size_t(std::min(drafted, kMaxDrafts));
   widest_seen_ = std::max(widest_seen_, int(n));
-  step_cost_[n] = step_samples_[n]++ == 0 ? seconds : (1 - kEma) * step_cost_[n] + kEma * seconds;
+  if (runs_[n]++ >= kWarmupRuns)
+    step_cost_[n] = step_samples_[n]++ == 0 ? seconds : (1 - kEma) * step_cost_[n] + kEma * seconds;
   last_step_[n] = spec_steps_++;
   // committed = anchor + accepted drafts: drafts 1..accepted were accepted, the next one (if any)
   // was judged and rejected (or the step stopped there: a stop token, the budget).

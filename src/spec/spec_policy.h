@@ -50,12 +50,14 @@ class SpecPolicy {
   SpecOptions opt_;
   double plain_cost_ = 0;  // moving average of seconds per committed token of plain steps
   int plain_samples_ = 0, off_tokens_left_ = 0;
+  int plain_runs_ = 0;  // plain steps seen, warm-up runs included (spec_policy.cpp kWarmupRuns)
   int backoff_ = 1;  // multiplier of reprobe_tokens after consecutive failed probes
   int widest_seen_ = 0;  // the widest width verified since the last probe began
   bool probe_paid_ = false;
   // Per width n (drafts per step): moving average of the step's seconds, samples, last step.
   std::array<double, kMaxDrafts + 1> step_cost_{};
   std::array<int, kMaxDrafts + 1> step_samples_{};
+  std::array<int, kMaxDrafts + 1> runs_{};  // steps seen per width, warm-up runs included
   std::array<long, kMaxDrafts + 1> last_step_{};
   long spec_steps_ = 0;
   // Per draft position k (1-based): steps that judged the k-th draft, and accepted it.
