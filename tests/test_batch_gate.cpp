@@ -25,13 +25,13 @@ int simulate(BatchSpecGate& g, const Costs& c, int steps) {
 
 TEST(BatchSpecGate, MeasuresBothModesFirst) {
   BatchSpecGate g(64);
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 2 + 4; ++i) {  // two untimed warm-up runs (spec/warmup.h), then 4 samples
     EXPECT_TRUE(g.allow()) << i;
-    g.record(true, 1.0, 1);  // speculation looks bad...
+    g.record(true, i < 2 ? 0.1 : 1.0, 1);  // speculation looks bad (its warm-up is not counted)...
   }
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 2 + 4; ++i) {
     EXPECT_FALSE(g.allow()) << i;  // ...but plain steps are measured before judging
-    g.record(false, 1.0, 4);
+    g.record(false, i < 2 ? 100.0 : 1.0, 4);
   }
   EXPECT_FALSE(g.allow());  // now judged: plain commits 4 tokens a second, speculation 1
   EXPECT_DOUBLE_EQ(g.rate(false), 4.0);

@@ -1,5 +1,7 @@
 #include "spec/batch_gate.h"
 
+#include "spec/warmup.h"
+
 namespace df {
 
 bool BatchSpecGate::allow() {
@@ -20,10 +22,11 @@ bool BatchSpecGate::allow() {
 void BatchSpecGate::record(bool speculated, double seconds, int committed) {
   if (seconds <= 0 || committed <= 0) return;
   const int m = speculated ? 1 : 0;
+  ++steps_;
+  if (runs_[m]++ < kWarmupRuns) return;  // a new step's first runs (spec/warmup.h)
   const double r = double(committed) / seconds;
   rate_[m] = samples_[m] == 0 ? r : (1 - kEma) * rate_[m] + kEma * r;
   ++samples_[m];
-  ++steps_;
 }
 
 }  // namespace df

@@ -6,7 +6,7 @@
 // together beat decoding together? On a CPU, where verify rows cost nearly what they would one
 // by one, it does not; on a GPU, where 16 rows cost little more than one, it can.
 //
-// Both modes are measured first (kWarmup steps each); then the faster one is used and the other
+// Both modes are measured first (kWarmup steps each, after kWarmupRuns untimed ones); then the faster one is used and the other
 // re-measured for kProbe steps after every `reprobe_steps` shared steps, as the balance moves
 // with the batch's makeup and context lengths.
 #pragma once
@@ -31,6 +31,7 @@ class BatchSpecGate {
   int reprobe_steps_;
   double rate_[2] = {0, 0};
   int samples_[2] = {0, 0};
+  int runs_[2] = {0, 0};     // steps per mode, untimed warm-up runs included
   long steps_ = 0;           // shared steps recorded
   long probe_until_ = -1;    // the other mode is measured until this step
   long next_probe_ = -1;     // when the next re-measurement starts (-1: still warming up)

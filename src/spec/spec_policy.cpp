@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "spec/warmup.h"
+
 namespace df {
 
 namespace {
@@ -12,11 +14,6 @@ constexpr int kPlainWarmupSteps = 2;  // plain steps measured first, as the base
 constexpr int kMaxBackoff = 16;
 constexpr int kWidthProbes = 2;       // steps measured at each narrower width before choosing
 constexpr int kRefreshEvery = 16;     // speculative steps between re-measurements
-// Runs of a step kind (plain, or a verify width) whose time is not a cost sample: with CUDA
-// graphs a step's first sight runs op by op and its second is captured, both several times
-// slower than the replays that follow (on the demo pair that made plain steps look 2.5x dearer
-// than they are, so speculation that did not pay was never turned off).
-constexpr int kWarmupRuns = 2;
 }  // namespace
 
 void SpecPolicy::reset() { *this = SpecPolicy(opt_); }

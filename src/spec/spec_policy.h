@@ -50,7 +50,7 @@ class SpecPolicy {
   SpecOptions opt_;
   double plain_cost_ = 0;  // moving average of seconds per committed token of plain steps
   int plain_samples_ = 0, off_tokens_left_ = 0;
-  int plain_runs_ = 0;  // plain steps seen, warm-up runs included (spec_policy.cpp kWarmupRuns)
+  int plain_runs_ = 0;  // plain steps seen, warm-up runs included (spec/warmup.h)
   int backoff_ = 1;  // multiplier of reprobe_tokens after consecutive failed probes
   int widest_seen_ = 0;  // the widest width verified since the last probe began
   bool probe_paid_ = false;
