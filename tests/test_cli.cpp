@@ -146,6 +146,19 @@ TEST_F(Cli, BenchJson) {
   EXPECT_GT(j.at("gen_tok_s").get<double>(), 0);
 }
 
+// -d N: generation timed after N tokens of context (llama-bench's depth); it must reach the
+// model (the table row names it) and a negative depth is a clear error.
+TEST_F(Cli, BenchDepth) {
+  const auto j = nlohmann::json::parse(run_command(kBin + " bench -m " + model_ + " -p 16 -n 4 -d 100 -r 1 --json 2>/dev/null"));
+  EXPECT_EQ(j.at("depth").get<int>(), 100);
+  EXPECT_GT(j.at("gen_tok_s").get<double>(), 0);
+  const std::string table = run_command(kBin + " bench -m " + model_ + " -p 16 -n 4 -d 100 -r 1 2>/dev/null");
+  EXPECT_NE(table.find("tg4 @ d100"), std::string::npos) << table;
+  const auto [out, status] = run_failing(kBin + " bench -m " + model_ + " -d -5");
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("--depth"), std::string::npos) << out;
+}
+
 TEST_F(Cli, KvTypeQ8_0) {
   // --kv-type q8_0 reaches the model: greedy text equals the library's with a q8_0 cache, and
   // its logits differ from both the f32 and the f16 cache's, within a bound (below). Bad values
