@@ -52,7 +52,10 @@ rows = {}
 for line in open(sys.argv[1]):
     s, temp, mode, js = line.split(" ", 3)
     rows.setdefault((s, temp), {}).setdefault(mode, []).append(json.loads(js))
-print(f"{'prompts':8} {'temp':5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'tau':>6} {'accepted/drafted':>17}")
+# tau counts only the steps that speculated; "spec share" is the share of generated tokens those
+# steps committed (the adaptive policy turns speculation off where it does not pay, so compare
+# tau across devices or builds at full width: --draft-adaptive false).
+print(f"{'prompts':8} {'temp':5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'tau':>6} {'accepted/drafted':>17} {'spec share':>10}")
 for (s, temp), m in sorted(rows.items()):
     plain = statistics.median(r["decode_tok_s"] for r in m["plain"])
     spec = statistics.median(r["decode_tok_s"] for r in m["spec"])
@@ -60,5 +63,7 @@ for (s, temp), m in sorted(rows.items()):
     acc = sum(r.get("accepted_tokens", 0) for r in m["spec"])
     drafted = sum(r.get("drafted_tokens", 0) for r in m["spec"])
     tau = (acc + steps) / steps if steps else 0
-    print(f"{s:8} {temp:5} {plain:12.1f} {spec:11.1f} {spec / plain:7.2f}x {tau:6.2f} {acc:8}/{drafted:<8}")
+    generated = sum(r.get("generated_tokens", 0) for r in m["spec"])
+    share = (acc + steps) / generated if generated else 0
+    print(f"{s:8} {temp:5} {plain:12.1f} {spec:11.1f} {spec / plain:7.2f}x {tau:6.2f} {acc:8}/{drafted:<8} {share:9.0%}")
 PY

@@ -329,9 +329,10 @@ if [ "$SPEC" = 1 ]; then
   spec_rc=0
   # Cheapest first: the demo target's plain decode (launch-bound) with CUDA graphs off and on,
   # then the demo pair, then (time permitting) the demo pair without graphs and the 27B pair.
-  for g in off on; do
+  for g in off on; do  # with graphs on, also the demo pair's draft and verify step costs (bench --draft)
+    draft=(); [ "$g" = on ] && draft=(--draft models/demo/qwen35-demo-drafter-q8_0.gguf)
     timeout 90 "$BUILD/deltaflash" bench -m models/demo/qwen35-demo-target-q8_0.gguf -p 16 -n 128 -r 3 --device cuda \
-      --cuda-graphs "$g" >"$LOG/spec_graphs_$g.txt" 2>&1 || spec_rc=$?
+      --cuda-graphs "$g" "${draft[@]}" >"$LOG/spec_graphs_$g.txt" 2>&1 || spec_rc=$?
   done
   echo "gpu-check: demo-target decode, CUDA graphs off/on rc=$spec_rc ($(elapsed))"
   timeout $(( $(left) > 45 ? $(left) - 15 : 30 )) bench/spec_demo.sh models/demo/qwen35-demo-target-q8_0.gguf \
@@ -460,7 +461,7 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
       echo; echo "=== speculation: demo pair, held-out code prompts, 256 tokens ==="; tail -4 "$LOG/spec_heldout.txt"
     fi
     for g in off on; do
-      echo; echo "=== demo target plain decode, --cuda-graphs $g ==="; grep -E '^\|' "$LOG/spec_graphs_$g.txt" | head -12 || tail -5 "$LOG/spec_graphs_$g.txt"
+      echo; echo "=== demo target plain decode, --cuda-graphs $g ==="; grep -E '^\|' "$LOG/spec_graphs_$g.txt" | head -20 || tail -5 "$LOG/spec_graphs_$g.txt"
     done
   fi
   if [ -f "$LOG/kernels.txt" ]; then
