@@ -214,11 +214,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
         if (nt >= nt_live) continue;
         const uint2 bsum = __ldg(xs + (xi + 8 * nt) * 4 + c);
         const float2 dx = *reinterpret_cast<const float2*>(xd + size_t(sb) * rows_pad + r0 + nt * 8 + 2 * c);
-        int off[4] = {0, 0, 0, 0};
-        imma_16816<false, false>(off, asc[0], asc[1], bsum.y);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) off[i] *= 256;
-        imma_16816<false, true>(off, asc[0], asc[1], bsum.x);
+        int off[4];
+        q6k_group_sums(off, asc[0], asc[1], bsum);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const float scale = __fmul_rn(i % 2 ? dx.y : dx.x, dw[i / 2]);

@@ -21,6 +21,19 @@ constexpr int kQ6kBytes = 210;  // bytes per Q6_K super-block: 128 ql, 64 qh, 16
 __host__ __device__ constexpr int q6k_rot(int64_t sb) { return 2 * int(sb & 1); }
 __host__ __device__ constexpr int q6k_elem(int64_t sb, int slot) { return (slot - q6k_rot(sb) + 16) % 16; }
 
+// sum_j sc_j * bsum_j of one super-block for the four outputs of an m16n8k16 tile a lane holds
+// (weight rows g, g + 8 x activation rows 2c, 2c + 1): two mma of the rows' sixteen scales
+// (asc0, asc1: signed bytes) by the activations' per-16 sums as byte planes (bsum.y the signed
+// high bytes, bsum.x the unsigned low ones), exact. The kernels subtract 32 times it (the q - 32
+// offset) from the super-block's integer dot.
+__device__ __forceinline__ void q6k_group_sums(int (&off)[4], uint32_t asc0, uint32_t asc1, uint2 bsum) {
+  off[0] = off[1] = off[2] = off[3] = 0;
+  imma_16816<false, false>(off, asc0, asc1, bsum.y);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) off[i] *= 256;
+  imma_16816<false, true>(off, asc0, asc1, bsum.x);
+}
+
 // The quantized activations in Q6_K's format inside the scratch (q8k_layout; rows padded to
 // rows_pad, a multiple of 8, padding rows zeros with d = 0): per super-block and row (in that
 // order: n-tiles are a constant stride apart) the 256 int8 values in mma-operand order (lane

@@ -266,11 +266,8 @@ __global__ void __launch_bounds__(WM* WN* kWarp, kSmWarps / (WM * WN))
         const int col = wn0 + 8 * nt;
         const uint2 bsum = *reinterpret_cast<const uint2*>(sst + (col + g) * kSRow + 8 * c);
         const float2 dx = *reinterpret_cast<const float2*>(dsm + 4 * (col + 2 * c));
-        int off[4] = {0, 0, 0, 0};
-        imma_16816<false, false>(off, asc[0], asc[1], bsum.y);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) off[i] *= 256;
-        imma_16816<false, true>(off, asc[0], asc[1], bsum.x);
+        int off[4];
+        q6k_group_sums(off, asc[0], asc[1], bsum);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const float scale = __fmul_rn(i % 2 ? dx.y : dx.x, dw[i / 2]);
