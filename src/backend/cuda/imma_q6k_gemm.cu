@@ -143,18 +143,7 @@ __global__ void __launch_bounds__(WM* WN* kWarp, kSmWarps / (WM * WN))
     }
   };
 
-  // Weights never change, so the first stages' may load before the previous kernel ends. All of
-  // them are in the first commit group, load_x(st) in group st.
-#pragma unroll
-  for (int st = 0; st < kStages - 1; ++st)
-    if (st < n_sb) load_w(st, st);
-  pdl_wait();
-  pdl_trigger();
-#pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) {
-    if (st < n_sb) load_x(st, st);
-    cp_async_commit();
-  }
+  pipeline_prologue<kStages>(n_sb, load_w, load_x);
 
   // Per output: the running total, and for kMulti the current slot's sum (tot_s: the totals).
   float run[MT][NT][4];
@@ -298,26 +287,8 @@ __global__ void __launch_bounds__(WM* WN* kWarp, kSmWarps / (WM * WN))
     if (q6k_rot(sb) == 0) step(std::integral_constant<int, 0>{}, sb % kStages);
     else step(std::integral_constant<int, 2>{}, sb % kStages);
 
-    if constexpr (kMulti) {
-      if (--left_in_slot == 0 || sb + 1 == n_sb) {  // slot end: total (+)= slot sum, in slot order
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            float4& tot = tot_s[(mt * NT + nt) * kThreads + tid];
-            float(&r)[4] = run[mt][nt];
-            tot = first_slot ? make_float4(r[0], r[1], r[2], r[3])
-                             : make_float4(__fadd_rn(tot.x, r[0]), __fadd_rn(tot.y, r[1]), __fadd_rn(tot.z, r[2]),
-                                           __fadd_rn(tot.w, r[3]));
-#pragma unroll
-            for (int j = 0; j < 4; ++j) r[j] = 0.0f;
-          }
-        first_slot = false;
-        left_in_slot = per_slot;
-      }
-    } else {
-      first_slot = false;
-    }
+    if constexpr (kMulti) end_of_super_block(run, tot_s, tid, kThreads, first_slot, left_in_slot, per_slot, sb, n_sb);
+    else first_slot = false;
   }
 
 #pragma unroll

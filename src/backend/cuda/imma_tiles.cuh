@@ -23,6 +23,49 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// The first kStages - 1 stages of a GEMM's cp.async pipeline: the weights of all of them first
+// (they never change, so they may load before the previous kernel ends: pdl_wait comes after),
+// then each stage's activations in its own commit group (the weights ride in group 0).
+template <int kStages, class LoadW, class LoadX>
+__device__ __forceinline__ void pipeline_prologue(int n_sb, LoadW& load_w, LoadX& load_x) {
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st)
+    if (st < n_sb) load_w(st, st);
+  pdl_wait();
+  pdl_trigger();
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < n_sb) load_x(st, st);
+    cp_async_commit();
+  }
+}
+
+// The decode kernels' summation order, kept by the GEMMs for slots of several super-blocks: a
+// thread's running slot sums run (in registers) and the totals (tot_s in shared memory, one
+// float4 per thread and (mt, nt)). After super-block sb of n_sb: at a slot's end the total
+// (+)= the slot's sum, in slot order (the first slot's as it is), and run restarts from 0.
+template <int MT, int NT>
+__device__ __forceinline__ void end_of_super_block(float (&run)[MT][NT][4], float4* tot_s, int tid, int threads,
+                                                   bool& first_slot, int& left_in_slot, int per_slot, int sb,
+                                                   int n_sb) {
+  if (--left_in_slot == 0 || sb + 1 == n_sb) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        float4& tot = tot_s[(mt * NT + nt) * threads + tid];
+        float(&r)[4] = run[mt][nt];
+        tot = first_slot ? make_float4(r[0], r[1], r[2], r[3])
+                         : make_float4(__fadd_rn(tot.x, r[0]), __fadd_rn(tot.y, r[1]), __fadd_rn(tot.z, r[2]),
+                                       __fadd_rn(tot.w, r[3]));
+#pragma unroll
+        for (int j = 0; j < 4; ++j) r[j] = 0.0f;
+      }
+    first_slot = false;
+    left_in_slot = per_slot;
+  }
+}
+
 // The same segments in blocks of bm outputs (for_each_launch planned blocks of 16: fewer here).
 inline Segments segments_in_blocks_of(const Segments& segs, int bm) {
   Segments t = segs;
