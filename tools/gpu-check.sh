@@ -29,7 +29,9 @@
 #                                     --ncu: with --bench, also profile six tensor-core matmul
 #                                     kernels of a decode step with Nsight Compute (speed of
 #                                     light, occupancy, warp stall reasons; ncu_<type>.txt in
-#                                     other_logs.tgz, key lines in the summary)
+#                                     other_logs.tgz, key lines in the summary) and time every
+#                                     kernel of a decode forward (tools/ncu-step.sh; the table
+#                                     in the summary)
 #                                     --serve: the server on the demo pair under 8 concurrent
 #                                     clients, --parallel 1 / 4 / 4 with --draft
 #                                     (bench/serve_concurrency.sh; serve.txt in LOG_DIR)
@@ -164,7 +166,7 @@ if [ "$LLAMA" = 1 ]; then
           -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
           -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON -DGGML_CCACHE=OFF \
           -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 &&
-        nice cmake --build /tmp/llama-build --target llama-bench -j"$(( JOBS / 2 ))"
+        nice cmake --build /tmp/llama-build --target llama-bench -j"$JOBS"
     ) >"$LOG/llama_build.log" 2>&1 &
     llama_pid=$!
   else
@@ -288,6 +290,9 @@ if [ "$BENCH" = 1 ]; then
         --launch-count 6 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
         --section MemoryWorkloadAnalysis "$BUILD/deltaflash" bench -m "$f" -p 1 -n 2 -r 1 --device cuda \
         >"$LOG/ncu_$t.txt" 2>&1 || echo "gpu-check: ncu rc=$?"
+      # Every kernel of a decode forward timed alone (tools/ncu-step.sh): where a step's time goes.
+      [ "$(left)" -gt 60 ] && timeout $(( $(left) - 40 )) tools/ncu-step.sh "$f" "$LOG/ncu_step_$t" >/dev/null 2>&1 ||
+        echo "gpu-check: ncu-step rc=$?"
       echo "gpu-check: ncu $t ($(elapsed))"
     fi
     if [ "$LONG" = 1 ]; then
@@ -419,6 +424,10 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
   echo "=== models (CUDA vs CPU) ==="
   grep '^\[cuda-model\]' "$LOG/test_cuda_ops.log" || true
   grep '^\[demo-drafter\]' "$LOG/test_cuda_ops.log" || true
+  for f in "$LOG"/ncu_step_*/ncu_step.md; do
+    [ -s "$f" ] || continue
+    echo; echo "=== every kernel of a decode forward, timed alone ($(basename "$(dirname "$f")")) ==="; head -24 "$f"
+  done
   for f in "$LOG"/ncu_*.txt; do
     [ -s "$f" ] || continue
     echo; echo "=== $(basename "$f") ==="
@@ -478,7 +487,7 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
 (
   cd "$LOG"
   ls | grep -v -E '^(summary\.txt|test_cuda_ops\.log|bench_.*\.txt|spec_(27b|demo|heldout)\.txt|llama_[^b].*\.txt|serve\.txt|kernels\.txt)$' >/tmp/gpu-check-pack.txt || true
-  if [ -s /tmp/gpu-check-pack.txt ]; then tar czf other_logs.tgz -T /tmp/gpu-check-pack.txt && xargs rm -f </tmp/gpu-check-pack.txt; fi
+  if [ -s /tmp/gpu-check-pack.txt ]; then tar czf other_logs.tgz -T /tmp/gpu-check-pack.txt && xargs rm -rf </tmp/gpu-check-pack.txt; fi
 )
 [ "$cuda_rc" -eq 0 ] && [ "$cpu_rc" -eq 0 ] && [ "$all_rc" -eq 0 ] && { [ "$mem_rc" = 0 ] || [ "$mem_rc" = skipped ]; } &&
   { [ "$bench_rc" = 0 ] || [ "$bench_rc" = skipped ]; }

@@ -133,4 +133,9 @@ void gdn_delta_rule_chunked(const GdnShape& shape, const float* qkv, size_t qkv_
 // argmax.cu -- out[r] (device) = argmax of the first n values of row r (x + r * stride) (ties: lowest index; NaN never wins; 0 if all NaN).
 void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out, cudaStream_t s);
 
+// bandwidth_probe.cu: reads `bytes` (a multiple of 16) at data once: the benches' read-only
+// roofline (a decode step only reads its weights; a copy also writes). *sink is never written
+// for real data; it keeps the loads from being optimised away.
+void read_probe(const void* data, size_t bytes, unsigned* sink, cudaStream_t s);
+
 }  // namespace df::cuda
