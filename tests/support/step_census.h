@@ -8,7 +8,7 @@
 #include <array>
 #include <cstdint>
 
-#include "backend/backend.h"
+#include "backend/forwarding_backend.h"
 
 namespace df::test {
 
@@ -31,57 +31,31 @@ struct StepCounts {
 // allocations are not what a GPU step makes). Without a replaced operator new, host_news is 0.
 void count_host_new();
 
-class StepCensusBackend final : public Backend {
+class StepCensusBackend final : public ForwardingBackend {
  public:
-  explicit StepCensusBackend(Backend& inner) : inner_(inner) {}
+  explicit StepCensusBackend(Backend& inner) : ForwardingBackend(inner) {}
   StepCounts counts() const;
   int depth() const { return depth_; }
   // Ops in the graphs launched last, oldest first (up to kRecent).
   static constexpr int kRecent = 8;
   std::array<int64_t, kRecent> recent_graph_ops() const;
 
-  const char* name() const override { return inner_.name(); }
-  void* alloc(size_t bytes) override;
-  void release(void* p) override;
-  void upload(void* dst, const void* src, size_t bytes) override;
-  void download(void* dst, const void* src, size_t bytes) override;
-  void copy(void* dst, const void* src, size_t bytes) override;
-  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, int rows) override;
-  void synchronize() override;
-  const void* weight_data(const void* host, size_t bytes) override;
-  void matmul(const Weight& w, const float* x, int rows, float* y) override;
-  void matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override;
-  void embed(const Weight& table, const int32_t* tokens, int rows, float* out) override;
-  void rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, float eps, float* out,
-                size_t out_stride) override;
-  void add(float* x, const float* y, int64_t n) override;
-  void add_rms_norm(float* x, const float* y, const float* w, int n, int dim, float eps, float* out,
-                    size_t out_stride) override;
-  void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
-  void mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n) override;
-  void rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads, const int32_t* pos,
-                 int n_rot, float theta) override;
-  void kv_store(const KvLayerView& kv, const SeqKv& seq, const float* k, const float* v, const int32_t* pos,
-                int rows) override;
-  void attention(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos,
-                 int n_head, const KvLayerView& kv, const SeqKv& seq, float scale, float* out) override;
-  void conv1d_silu(const float* x, size_t x_stride, int rows, int channels, const float* w, int kernel,
-                   float* state, float* out, size_t out_stride) override;
-  void l2_norm_heads(float* x, size_t row_stride, int rows, int n_heads, int dim, float eps, float scale) override;
-  void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v) override;
-  void gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
-                      const float* beta, int rows, float* S, float* out, bool chunked, float* row_states) override;
-  void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
-                      float eps) override;
-  void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) override;
+  // Counted as the ops of Backend's default, one by one (as this census always has, though the
+  // CUDA backend launches each as one kernel).
+  void qk_norm_rope(float* q, size_t q_head_stride, int n_head, const float* q_norm, float* k, int n_head_kv,
+                    const float* k_norm, int rows, int head_dim, float eps, const int32_t* pos, int n_rot,
+                    float theta) override;
+  void gdn_conv_norm_gates(const GdnShape& shape, const float* x, size_t x_stride, int rows, const float* conv_w,
+                           int kernel, float* conv_state, float* out, size_t out_stride, float eps, float q_scale,
+                           float* beta, float* alpha, const float* a_coef, const float* dt_bias) override;
   void begin_step() override;
   void end_step() override;
 
  private:
+  void around(const OpCall& call, OpBody body) override;  // counts the op, then runs it
   void op();        // one launchable op: recorded into the open step, or a direct launch
   void sync();      // a host wait: ends the open step's segment (a graph launch), then waits
   void flush();     // ends the open segment, if it has ops
-  Backend& inner_;
   StepCounts c_;
   int depth_ = 0;
   int64_t segment_ops_ = 0;  // ops recorded since the last flush of the open step

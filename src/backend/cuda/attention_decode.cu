@@ -127,13 +127,7 @@ bool launch_group(const float* q, size_t q_row_stride, size_t q_head_stride, int
                   int chunks, float* part, cudaStream_t s) {
   constexpr auto kernel = attention_group_partial_k<Read, kUnit>;
   // Above the default 48 KiB of dynamic shared memory (head dim 256 f16, 6 heads: 73 KiB).
-  static const bool smem_ok = [] {
-    const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(kGroupSmemBudget)) == cudaSuccess;
-    if (!ok) (void)cudaGetLastError();  // not the launch's error: the fallback kernel runs instead
-    return ok;
-  }();
-  if (!smem_ok) return false;
+  if (!raise_smem_limit<kernel>(int(kGroupSmemBudget))) return false;  // the fallback kernel runs instead
   const unsigned blocks = unsigned(kv.n_head_kv * plan.tiling.subgroups);
   launch(kernel, dim3(blocks, unsigned(rows), unsigned(chunks)), kGroupThreads, plan.smem, s, q, q_row_stride,
          q_head_stride, pos, n_head, static_cast<const uint8_t*>(kv.k), static_cast<const uint8_t*>(kv.v),

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 namespace df::cuda {
@@ -89,6 +90,36 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cud
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+}
+
+// Raises kKernel's dynamic shared memory limit to `bytes` (with carveout_max, also preferring all
+// of the unified L1 as shared memory) on the current device. The attribute belongs to a (kernel,
+// device) pair, so a process driving a second GPU must set it there too; it is set the first time
+// a device asks and remembered per device (devices 0..63; any other asks every time), so the hot
+// path is a cudaGetDevice and an atomic load. True where the device granted it; a refusal is
+// taken off cudaGetLastError (not a launch's error), so the caller falls back, or lets a launch
+// that needs the memory fail. `bytes` must be the same at every call for one kernel. Not a
+// stream operation: legal during graph capture.
+template <auto kKernel>
+bool raise_smem_limit(int bytes, bool carveout_max = false) {
+  const auto apply = [&] {
+    const bool ok =
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess &&
+        (!carveout_max || cudaFuncSetAttribute(kKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                               int(cudaSharedmemCarveoutMaxShared)) == cudaSuccess);
+    if (!ok) (void)cudaGetLastError();
+    return ok;
+  };
+  static std::atomic<uint64_t> asked{0}, granted{0};  // a bit per device
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;  // its error stays for the caller to see
+  if (device < 0 || device >= 64) return apply();
+  const uint64_t bit = uint64_t(1) << device;
+  if (asked.load(std::memory_order_acquire) & bit) return (granted.load(std::memory_order_relaxed) & bit) != 0;
+  const bool ok = apply();  // two threads may both get here: setting it twice is harmless
+  if (ok) granted.fetch_or(bit, std::memory_order_relaxed);
+  asked.fetch_or(bit, std::memory_order_release);  // after granted: a reader that sees asked sees granted
+  return ok;
 }
 
 inline unsigned ceil_div(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }

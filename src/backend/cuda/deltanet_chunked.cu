@@ -250,10 +250,7 @@ template <int DK>
 void run_chunked(const GdnShape& sh, const float* qkv, size_t qkv_stride, const float* g, const float* beta,
                  int rows, float* S, float* out, float* scratch, cudaStream_t s) {
   constexpr size_t smem = prepare_smem_bytes<DK>();  // above the default 48 KiB
-  static const bool smem_ok =
-      cudaFuncSetAttribute(gdn_chunk_prepare_k<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
-      cudaSuccess;
-  (void)smem_ok;  // a failure shows as the launch error, which the caller checks
+  (void)raise_smem_limit<gdn_chunk_prepare_k<DK>>(int(smem));  // a refusal shows as the launch error
   const size_t out_stride = size_t(sh.n_v) * sh.d_v;
   for (int p0 = 0; p0 < rows; p0 += kPieceRows) {
     const int pr = std::min(kPieceRows, rows - p0);

@@ -280,13 +280,8 @@ template <int D>
 void launch_flash(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos, int n_head,
                   const KvLayerView& kv, const int32_t* table, int n_blocks, float scale, float* out, cudaStream_t s) {
   constexpr auto kernel = flash_attention_k<D>;
-  static const bool smem_ok = [] {  // above the default 48 KiB for D >= 128
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                int(Smem<D>::bytes(kMaxWarps))) == cudaSuccess &&
-           cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                int(cudaSharedmemCarveoutMaxShared)) == cudaSuccess;
-  }();
-  (void)smem_ok;  // a failure shows as the launch error, which the caller checks
+  // Above the default 48 KiB for D >= 128; a refusal shows as the launch error, which the caller checks.
+  (void)raise_smem_limit<kernel>(int(Smem<D>::bytes(kMaxWarps)), /*carveout_max=*/true);
   const int group = n_head / kv.n_head_kv;
   int heads = 1;  // the largest divisor of the group that fits the warps of a block
   for (int d = 1; d <= kMaxWarps && d <= group; ++d)

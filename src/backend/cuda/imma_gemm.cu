@@ -302,12 +302,8 @@ void gemm_launch(const Segments& segs, int n_sb, int per_slot, const int8_t* xq,
   constexpr size_t smem = kStages * size_t(Stage<BM, BN>::kBytes) + (kMulti ? size_t(BM) * BN * sizeof(float) : 0);
   // Above the default 48 KiB of dynamic shared memory; all of the unified L1 as shared memory, so
   // that two 128 x 64 blocks fit an SM.
-  static const bool smem_ok = [] {
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) == cudaSuccess &&
-           cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                int(cudaSharedmemCarveoutMaxShared)) == cudaSuccess;
-  }();
-  (void)smem_ok;  // a failure shows as the launch error, which the caller checks
+  // A refusal shows as the launch error, which the caller checks.
+  (void)raise_smem_limit<kernel>(int(smem), /*carveout_max=*/true);
   const Segments t = segments_in_blocks_of(segs, BM);
   launch(kernel, dim3(ceil_div(rows, BN), unsigned(t.first_block[t.n])), dim3(WM * WN * kWarp), smem, s, t, n_sb,
          per_slot, xq, xd, xm, n_in, rows_pad, rows);

@@ -227,11 +227,9 @@ void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const flo
   const Slots slots = slots_of(n_sb);
   const int warps = std::min(slots.count, kMaxWarps);
   const size_t smem = size_t(slots.count) * MT * NT * 4 * kWarp * sizeof(float);
-  static const bool smem_ok = [] {  // up to 64 KiB of dynamic shared memory (kMaxSlots x 16 x 32 floats)
-    return cudaFuncSetAttribute(imma_q4k_kernel<MT, NT, kMaxWarps>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                kMaxSlots * MT * NT * 4 * kWarp * int(sizeof(float))) == cudaSuccess;
-  }();
-  (void)smem_ok;  // a failure shows as the launch error, which the caller checks
+  // Up to 64 KiB of dynamic shared memory (kMaxSlots x 16 x 32 floats); a refusal shows as the
+  // launch error, which the caller checks.
+  (void)raise_smem_limit<imma_q4k_kernel<MT, NT, kMaxWarps>>(kMaxSlots * MT * NT * 4 * kWarp * int(sizeof(float)));
   const unsigned groups = ceil_div(rows, kRowsPerGroup);
   launch(imma_q4k_kernel<MT, NT, kMaxWarps>, dim3(groups, unsigned(segs.first_block[segs.n])), warps * kWarp, smem, s,
       segs, n_sb, slots, xq, xd, xm, int(n_in), rows_pad, rows);

@@ -262,11 +262,9 @@ void launch_q6k(const Segments& segs, int64_t n_in, const Q6kActs& a, int rows, 
   const Slots slots = slots_of(n_sb);
   const int warps = std::min(slots.count, kMaxWarps);
   const size_t smem = size_t(slots.count) * NT * 4 * kWarp * sizeof(float);
-  static const bool smem_ok = [] {  // up to 64 KiB of dynamic shared memory (kMaxSlots x 16 x 32 floats)
-    return cudaFuncSetAttribute(imma_q6k_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                kMaxSlots * NT * 4 * kWarp * int(sizeof(float))) == cudaSuccess;
-  }();
-  (void)smem_ok;  // a failure shows as the launch error, which the caller checks
+  // Up to 64 KiB of dynamic shared memory (kMaxSlots x 16 x 32 floats); a refusal shows as the
+  // launch error, which the caller checks.
+  (void)raise_smem_limit<imma_q6k_kernel<NT>>(kMaxSlots * NT * 4 * kWarp * int(sizeof(float)));
   const dim3 grid(ceil_div(rows, kRowsPerGroup), unsigned(segs.first_block[segs.n]));
   launch(imma_q6k_kernel<NT>, grid, dim3(warps * kWarp), smem, s, segs, n_sb, slots,
          static_cast<const int8_t*>(a.q), static_cast<const float*>(a.d), static_cast<const uint2*>(a.s), a.rows_pad,

@@ -317,12 +317,8 @@ void q6k_gemm_launch(const Segments& segs, int n_sb, int per_slot, const Q6kActs
   // kSmWarps / (WM WN) blocks an SM, each with 1 KiB reserved, within the 228 KiB.
   static_assert((smem + 1024) * (kSmWarps / (WM * WN)) <= 228 * 1024, "shared memory for the blocks an SM");
   // Above the default 48 KiB of dynamic shared memory; all of the unified L1 as shared memory.
-  static const bool smem_ok = [] {
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) == cudaSuccess &&
-           cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                int(cudaSharedmemCarveoutMaxShared)) == cudaSuccess;
-  }();
-  (void)smem_ok;  // a failure shows as the launch error, which the caller checks
+  // A refusal shows as the launch error, which the caller checks.
+  (void)raise_smem_limit<kernel>(int(smem), /*carveout_max=*/true);
   const Segments t = segments_in_blocks_of(segs, BM);
   launch(kernel, dim3(ceil_div(rows, BN), unsigned(t.first_block[t.n])), dim3(WM * WN * kWarp), smem, s, t, n_sb,
          per_slot, static_cast<const int8_t*>(a.q), static_cast<const float*>(a.d), static_cast<const uint2*>(a.s),
