@@ -27,7 +27,7 @@ constexpr FixedName kFixed[] = {
     {"attention", "attention"},    {"conv1d_silu", "conv"},     {"l2_norm_heads", "norms"},
     {"gdn_gates", "elementwise"},  {"gdn_delta_rule", "gdn_delta_rule"}, {"gated_rms_norm", "norms"},
     {"argmax_rows", "argmax"},     {"add_rms_norm", "norms"},   {"qk_norm_rope", "norms"},
-    {"gdn_conv_norm_gates", "conv"},
+    {"gdn_conv_norm_gates", "conv"}, {"top_k_rows", "argmax"},
 };
 
 // Row-count class x weight-size class: small matrices pay fixed launch costs, big ones show
@@ -248,6 +248,10 @@ void ProfilingBackend::gated_rms_norm(float* x, const float* z, const float* w, 
 }
 void ProfilingBackend::argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) {
   run(kArgmax, 0, [&] { inner_->argmax_rows(x, rows, n, stride, out_host); });
+}
+void ProfilingBackend::top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids_host,
+                                  float* vals_host) {
+  run(kTopK, 0, [&] { inner_->top_k_rows(x, rows, n, stride, k, ids_host, vals_host); });
 }
 
 void ProfilingBackend::begin_step() {

@@ -102,6 +102,7 @@ class ProfilingBackend final : public Backend {
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                       float eps) override;
   void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) override;
+  void top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids_host, float* vals_host) override;
   // Steps reach the inner backend (CUDA graphs) unless timing is on: per-op times need each op
   // launched on its own, between its two events.
   void begin_step() override;
@@ -112,7 +113,7 @@ class ProfilingBackend final : public Backend {
   enum Op : int {
     kAlloc, kRelease, kUpload, kDownload, kCopy, kCopy2d, kSynchronize, kWeightData, kEmbed, kRmsNorm, kAdd,
     kSwiglu, kMulSigmoid, kRope, kKvStore, kAttention, kConv1d, kL2Norm, kGdnGates, kGdnDeltaRule,
-    kGatedRmsNorm, kArgmax, kAddRmsNorm, kQkNormRope, kGdnConvNormGates, kFixedOps
+    kGatedRmsNorm, kArgmax, kAddRmsNorm, kQkNormRope, kGdnConvNormGates, kTopK, kFixedOps
   };
   static constexpr int kTypeIds = 40;  // ggml type ids are < 40
   static constexpr int kBuckets = 9;   // rows 1, 2..16, > 16 x weight size < 4 MiB, < 64 MiB, larger

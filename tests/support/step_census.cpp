@@ -109,6 +109,15 @@ void StepCensusBackend::argmax_rows(const float* x, int rows, int n, size_t stri
   inner_.argmax_rows(x, rows, n, stride, out_host);
 }
 
+// The same for the top-k kernels: one op in the segment, then the wait for the candidates.
+void StepCensusBackend::top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids_host,
+                                   float* vals_host) {
+  op();
+  sync();
+  InBackend g;
+  inner_.top_k_rows(x, rows, n, stride, k, ids_host, vals_host);
+}
+
 void StepCensusBackend::upload(void* dst, const void* src, size_t bytes) {
   op();
   InBackend g;

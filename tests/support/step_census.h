@@ -2,8 +2,8 @@
 // backend would see it, without a GPU: steps (StepScopes), the graphs they would launch (a
 // step's ops up to each host synchronisation inside it, or its end), ops recorded into those
 // graphs, ops issued outside any step (each a direct launch on CUDA), host synchronisations
-// (download, argmax_rows, synchronize) and backend allocations. Tests use it to pin down what
-// one decode or speculative step costs in launches and round trips.
+// (download, argmax_rows, top_k_rows, synchronize) and backend allocations. Tests use it to pin
+// down what one decode or speculative step costs in launches and round trips.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -17,7 +17,7 @@ struct StepCounts {
   int64_t graphs = 0;       // graph launches: non-empty step segments ended by a sync or the step's end
   int64_t ops_in_steps = 0;  // ops (kernels, copies, staged uploads) recorded inside steps
   int64_t ops_outside = 0;  // ops outside every step: direct launches
-  int64_t syncs = 0;        // host waits: download, argmax_rows, synchronize
+  int64_t syncs = 0;        // host waits: download, argmax_rows, top_k_rows, synchronize
   int64_t allocs = 0;       // alloc, release, weight_data
   int64_t host_news = 0;    // host heap allocations outside the backend (see count_host_new)
   StepCounts operator-(const StepCounts& o) const {
@@ -74,6 +74,7 @@ class StepCensusBackend final : public Backend {
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                       float eps) override;
   void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) override;
+  void top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids_host, float* vals_host) override;
   void begin_step() override;
   void end_step() override;
 
