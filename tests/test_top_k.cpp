@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -130,6 +131,75 @@ TEST(TopK, BadArgumentsAreErrors) {
   EXPECT_THROW(be->top_k_rows(x.data(), 1, 10, 10, 0, ids.data(), vals.data()), Error);
   EXPECT_THROW(be->top_k_rows(x.data(), 1, 300, 300, kMaxDeviceTopK + 1, ids.data(), vals.data()), Error);
   EXPECT_THROW(be->top_k_rows(x.data(), 1, 20, 10, 5, ids.data(), vals.data()), Error);  // n > stride
+}
+
+// A host emulation of the CUDA algorithm (backend/cuda/top_k.cu): per chunk of 4096 values a
+// radix select on the order keys (four 8-bit histogram passes from the top byte), the keys
+// above the k-th gathered in scrambled order (the kernel's atomics) and the ties in index order,
+// a sort on (key, ~index); then the same select over the chunks' lists padded with key 0. Its
+// result must be the CPU backend's, so the two-stage scheme (ties across chunks in id order,
+// padding never chosen) is right independently of the kernel code.
+std::vector<uint64_t> emulated_block_top_k(const std::vector<uint32_t>& keys, int k) {
+  const int m = int(keys.size());
+  uint32_t prefix = 0, mask = 0, left = uint32_t(k);
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    uint32_t hist[256] = {};
+    for (uint32_t key : keys)
+      if ((key & mask) == prefix) hist[(key >> shift) & 255u]++;
+    uint32_t cum = 0;
+    int bin = 255;
+    while (cum + hist[bin] < left) cum += hist[bin--];
+    prefix |= uint32_t(bin) << shift;
+    mask |= 255u << shift;
+    left -= cum;
+  }
+  std::vector<uint64_t> cand(size_t(k), 0);
+  size_t above = 0;
+  const size_t n_above = size_t(k) - left;
+  for (int i = m - 1; i >= 0; --i)  // scrambled: the kernel's atomic slots come in any order
+    if (keys[size_t(i)] > prefix) cand[above++] = (uint64_t(keys[size_t(i)]) << 32) | uint32_t(~uint32_t(i));
+  EXPECT_EQ(above, n_above);
+  uint32_t ties = 0;
+  for (int i = 0; i < m && ties < left; ++i)
+    if (keys[size_t(i)] == prefix) cand[n_above + ties++] = (uint64_t(prefix) << 32) | uint32_t(~uint32_t(i));
+  std::sort(cand.begin(), cand.end(), std::greater<uint64_t>());
+  return cand;
+}
+
+void emulated_top_k(const float* v, int n, int k, int32_t* ids) {
+  constexpr int kChunk = 4096;
+  const int chunks = (n + kChunk - 1) / kChunk;
+  std::vector<uint32_t> list_keys(size_t(chunks) * k, 0);
+  std::vector<int32_t> list_ids(size_t(chunks) * k, -1);
+  for (int c = 0; c < chunks; ++c) {
+    const int begin = c * kChunk, m = std::min(kChunk, n - begin), kc = std::min(k, m);
+    std::vector<uint32_t> keys(static_cast<size_t>(m));
+    for (int i = 0; i < m; ++i) keys[size_t(i)] = top_k_key(v[begin + i]);
+    const std::vector<uint64_t> top = emulated_block_top_k(keys, kc);
+    for (int j = 0; j < kc; ++j) {
+      list_keys[size_t(c) * k + j] = uint32_t(top[size_t(j)] >> 32);
+      list_ids[size_t(c) * k + j] = begin + int32_t(~uint32_t(top[size_t(j)]));
+    }
+  }
+  const std::vector<uint64_t> top = emulated_block_top_k(list_keys, k);
+  for (int j = 0; j < k; ++j) ids[j] = list_ids[~uint32_t(top[size_t(j)])];
+}
+
+TEST(TopK, TwoStageEmulationMatchesTheCpu) {
+  auto be = make_cpu_backend(2);
+  uint32_t seed = 500;
+  for (int n : {1, 300, 4096, 4097, 20000, 248320}) {
+    for (int k : {1, 40, 256}) {
+      if (k > n) continue;
+      const int rows = 7;
+      const std::vector<float> x = hard_rows(rows, n, size_t(n), seed++);
+      std::vector<int32_t> want(size_t(rows) * k), got(size_t(rows) * k, -7);
+      std::vector<float> vals(size_t(rows) * k);
+      be->top_k_rows(x.data(), rows, n, size_t(n), k, want.data(), vals.data());
+      for (int r = 0; r < rows; ++r) emulated_top_k(x.data() + size_t(r) * n, n, k, got.data() + size_t(r) * k);
+      ASSERT_EQ(got, want) << "n = " << n << ", k = " << k;
+    }
+  }
 }
 
 }  // namespace
