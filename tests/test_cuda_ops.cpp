@@ -1293,6 +1293,9 @@ class DequantizedCpu final : public Backend {
   void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out) override {
     cpu_->argmax_rows(x, rows, n, stride, out);
   }
+  void top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids, float* vals) override {
+    cpu_->top_k_rows(x, rows, n, stride, k, ids, vals);
+  }
 
  private:
   std::unique_ptr<Backend> cpu_;
@@ -2138,6 +2141,147 @@ TEST_F(CudaOps, QkNormRopeEqualsSeparateOps) {
       against_cpu("q", q.get(1), q.get(0), 0, qhs, c.n_head);
       against_cpu("k", k.get(1), k.get(0), k_off, size_t(D), c.n_head_kv);
     }
+  }
+}
+
+// --- top_k_rows (top_k.cu) ---
+// CUDA against the CPU backend, bit for bit (ids and values): vocabulary-sized rows (248320)
+// and odd lengths (one chunk, a partial last chunk, fewer values than 256), ties planted at
+// the top and across the k-th place, NaN and -inf planted, +0 / -0 mixes, k 1 / 40 / 256,
+// rows 1 and 16, a stride past n, outputs poisoned before the run.
+
+// Rows of hard cases: every row a different mix (the CPU backend is the reference).
+std::vector<float> top_k_test_rows(Rng& rng, int rows, int n, size_t stride) {
+  std::vector<float> x(size_t(rows) * stride, 1e30f);  // past n: would win if read
+  for (int r = 0; r < rows; ++r) {
+    float* v = x.data() + size_t(r) * stride;
+    for (int i = 0; i < n; ++i) v[i] = float(rng.normal(3.0));
+    auto at = [&] { return size_t(rng.integer(0, n - 1)); };
+    switch (r % 8) {
+      case 0:
+        for (int t = 0; t < 300; ++t) v[at()] = 15.0f;  // ties at the top, more than k
+        break;
+      case 1:
+        for (int i = 0; i < n; i += 3) v[i] = std::nanf("");
+        v[at()] = 40.0f;
+        break;
+      case 2:
+        for (int i = 0; i < n; ++i) v[i] = std::round(v[i] * 2.0f) / 2.0f;  // ties across the k-th place
+        break;
+      case 3:
+        for (int i = 0; i < n; ++i) v[i] = (i % 7 == 0) ? v[i] : -INFINITY;
+        break;
+      case 4:
+        for (int i = 0; i < n; ++i) v[i] = (i % 2) ? -0.0f : 0.0f;
+        for (int t = 0; t < 20; ++t) v[at()] = -1.0f;
+        break;
+      case 5:
+        for (int i = 0; i < n; ++i) v[i] = std::nanf("");
+        for (int t = 0; t < 10; ++t) v[at()] = float(t);
+        break;
+      case 6:
+        v[0] = INFINITY, v[n - 1] = INFINITY;
+        break;
+      default:
+        for (int i = 0; i < n; ++i) v[i] = 1.0f;  // all equal: the lowest ids
+        break;
+    }
+  }
+  return x;
+}
+
+TEST_F(CudaOps, TopKRowsMatchTheCpu) {
+  Rng rng(91);
+  struct Shape {
+    int rows, n;
+    size_t stride;
+  };
+  const Shape shapes[] = {{16, 248320, 248320}, {1, 248320, 248320}, {16, 248077, 248320}, {16, 4096, 4096},
+                          {3, 4097, 4101},      {16, 30001, 30001},  {5, 257, 260},        {4, 1, 1},
+                          {4, 40, 40}};
+  for (const Shape& sh : shapes) {
+    const std::vector<float> x = top_k_test_rows(rng, sh.rows, sh.n, sh.stride);
+    Twin<float> xd(be(), x);
+    for (int k : {1, 40, 256}) {
+      if (k > sh.n) continue;
+      std::vector<int32_t> ids[2];
+      std::vector<float> vals[2];
+      for (int s = 0; s < 2; ++s) {
+        ids[s].assign(size_t(sh.rows) * k, -7);
+        vals[s].assign(size_t(sh.rows) * k, kPoison);
+        be_[s]->top_k_rows(xd[s], sh.rows, sh.n, sh.stride, k, ids[s].data(), vals[s].data());
+      }
+      const std::string tag = "rows " + std::to_string(sh.rows) + " n " + std::to_string(sh.n) + " stride " +
+                              std::to_string(sh.stride) + " k " + std::to_string(k);
+      EXPECT_EQ(ids[1], ids[0]) << tag;
+      EXPECT_TRUE(same_bits(vals[1], vals[0])) << tag << ": values";
+      for (size_t i = 0; i < ids[0].size(); ++i) ASSERT_LT(ids[0][i], sh.n) << tag;  // the reference is sane
+      std::cout << "[cuda-err] top_k_rows " << std::left << std::setw(46) << tag << std::right
+                << (ids[1] == ids[0] && same_bits(vals[1], vals[0]) ? " bit-exact" : "  FAILED") << "\n";
+    }
+  }
+}
+
+// Inside steps on the graph backend: run directly, captured, then replayed, each bit-exact.
+TEST_F(CudaOps, TopKRowsInCapturedSteps) {
+  Rng rng(92);
+  const int rows = 4, n = 248320, k = 40;
+  const std::vector<float> x = top_k_test_rows(rng, rows, n, size_t(n));
+  Twin<float> xd(be(), x);
+  std::vector<int32_t> want_ids(size_t(rows) * k);
+  std::vector<float> want_vals(size_t(rows) * k);
+  be_[0]->top_k_rows(xd[0], rows, n, size_t(n), k, want_ids.data(), want_vals.data());
+  const CudaGraphStats before = graph_stats(gpu());
+  for (int t = 0; t < 3; ++t) {
+    std::vector<int32_t> ids(size_t(rows) * k, -7);
+    std::vector<float> vals(size_t(rows) * k, kPoison);
+    {
+      StepScope step(gpu());
+      gpu().top_k_rows(xd[1], rows, n, size_t(n), k, ids.data(), vals.data());
+    }
+    EXPECT_EQ(ids, want_ids) << "step " << t;
+    EXPECT_TRUE(same_bits(vals, want_vals)) << "step " << t;
+  }
+  const CudaGraphStats after = graph_stats(gpu());
+  EXPECT_EQ(after.captured - before.captured, 1);
+  EXPECT_EQ(after.replayed - before.replayed, 1);
+}
+
+// A model's forward with top_k_only (graphs on) against the CPU backend's top_k_rows of the
+// same model's full logits on CUDA: the candidates of every decode step, bit for bit.
+TEST(CudaTopK, ForwardTopKOnlyMatchesTheLogits) {
+  if (!have_gpu()) GTEST_SKIP() << kNoGpu;
+  test::TempDir dir;
+  auto file = gguf::File::open(make_graph_test_model(dir, "qwen35", "q8_0", 43));
+  auto gpu = make_cuda_backend(0, true);
+  auto cpu = make_cpu_backend(0);
+  TargetModel tm(*file, *gpu, ModelOptions{});
+  const int V = int(tm.hparams().n_vocab), limit = V - 3, K = std::min(40, limit);
+  auto st_full = tm.make_state(1, 64), st_top = tm.make_state(1, 64);
+  const int a = st_full->create(), b = st_top->create();
+  const std::vector<int32_t> prompt = {7, 3, 19, 200, 42};
+  Batch ba, bb;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    ba.add(a, int(i), prompt[i], i + 1 == prompt.size());
+    bb.add(b, int(i), prompt[i], i + 1 == prompt.size());
+  }
+  ForwardOutput full, top;
+  top.top_k_only = K;
+  top.top_k_limit = limit;
+  for (int step = 0; step < 12; ++step) {
+    tm.forward(ba, *st_full, full);
+    tm.forward(bb, *st_top, top);
+    std::vector<int32_t> want_ids(K);
+    std::vector<float> want_vals(K);
+    cpu->top_k_rows(full.logits.data(), 1, limit, size_t(V), K, want_ids.data(), want_vals.data());
+    ASSERT_EQ(top.top_ids, want_ids) << "step " << step;
+    ASSERT_TRUE(same_bits(top.top_logits, want_vals)) << "step " << step;
+    EXPECT_TRUE(top.logits.empty());
+    const int32_t next = want_ids[size_t(step % 3)];  // not always the argmax
+    ba.clear();
+    bb.clear();
+    ba.add(a, int(prompt.size()) + step, next, true);
+    bb.add(b, int(prompt.size()) + step, next, true);
   }
 }
 

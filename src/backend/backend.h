@@ -7,6 +7,7 @@
 #include <exception>
 #include <memory>
 
+#include "backend/top_k_order.h"  // kMaxDeviceTopK
 #include "quant/types.h"
 
 namespace df {
@@ -194,13 +195,20 @@ class Backend {
   // index; NaN is below every number (a row of only NaN gives 0). Waits for the result, like
   // download().
   virtual void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) = 0;
+  // Top-k candidates without downloading logits: for each row r (as argmax_rows) the k largest
+  // of the first n values, sorted by value descending, equal values by lower id first (Sampler's
+  // order; +0 and -0 are equal), NaN below every number. Writes k ids to ids_host[r * k ...] and
+  // their values (bit for bit) to vals_host[r * k ...], host memory. 1 <= k <= min(n,
+  // kMaxDeviceTopK), else df::Error. Waits for the result, like download().
+  virtual void top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids_host,
+                          float* vals_host) = 0;
 
   // --- steps (CUDA graphs) ---
   // A model brackets the ops of one forward pass with begin_step() / end_step() (StepScope).
   // A backend may then defer the step's ops and replay an identical earlier step as one unit
   // (the CUDA backend: a captured CUDA graph); the results are exactly those of direct calls.
   // Inside a step: upload() sources may be reused at once (as always); download(),
-  // argmax_rows() and synchronize() first run what the step queued so far; alloc(), release()
+  // argmax_rows(), top_k_rows() and synchronize() first run what the step queued so far; alloc(), release()
   // and weight_data() do too, but a step should not need them; an op's argument errors may
   // surface at that point rather than at the call. The defaults (CPU backend, wrappers such as
   // the profiler) do nothing, so ops run as called.

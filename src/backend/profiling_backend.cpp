@@ -27,7 +27,7 @@ constexpr FixedName kFixed[] = {
     {"attention", "attention"},    {"conv1d_silu", "conv"},     {"l2_norm_heads", "norms"},
     {"gdn_gates", "elementwise"},  {"gdn_delta_rule", "gdn_delta_rule"}, {"gated_rms_norm", "norms"},
     {"argmax_rows", "argmax"},     {"add_rms_norm", "norms"},   {"qk_norm_rope", "norms"},
-    {"gdn_conv_norm_gates", "conv"},
+    {"gdn_conv_norm_gates", "conv"}, {"top_k_rows", "argmax"},
 };
 
 // Row-count class x weight-size class: small matrices pay fixed launch costs, big ones show

@@ -46,6 +46,9 @@ struct Engine::Active {
   DraftSource* drafts = nullptr;  // the slot's draft source (none: no speculation)
   SpecPolicy policy;
   std::vector<float> logits;  // logits for its next token (empty when the last step returned an argmax id)
+  // Or the top candidates for it (when the last step returned top-k: ForwardOutput::top_k_only).
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logits;
   // The block being verified: its drafts and their proposal distributions (sampling).
   std::vector<int32_t> drafts_buf;
   std::vector<std::vector<float>> qs;
@@ -265,18 +268,38 @@ bool Engine::run_parts() {
   step_committed_ = 0;
   if (parts_.empty()) return true;
   const size_t V = size_t(model_.hparams().n_vocab);
+  const int n_sampleable = std::min(model_.hparams().n_vocab, tok_.n_vocab());
   bool ids = true;  // every row that wants logits needs only its argmax: no logits download
   for (const Part& p : parts_) ids = ids && (!p.logits || argmax_only(*p.a));
-  out_.greedy_only = ids ? std::min(model_.hparams().n_vocab, tok_.n_vocab()) : 0;
+  // Otherwise, when every such row can sample from top candidates (speculative blocks verify
+  // on full logits), the step downloads the top K of each, K the most any row needs.
+  int top_k = 0;
+  if (!ids) {
+    for (const Part& p : parts_) {
+      if (!p.logits) continue;
+      const int need = p.drafted > 0 ? 0 : top_k_needed(*p.a);
+      if (need == 0) {
+        top_k = 0;
+        break;
+      }
+      top_k = std::max(top_k, need);
+    }
+  }
+  out_.greedy_only = ids ? n_sampleable : 0;
+  out_.top_k_only = std::min(top_k, n_sampleable);
+  out_.top_k_limit = n_sampleable;
+  const size_t K = size_t(out_.top_k_only);
   try {
     model_.forward(batch_, *state_, out_);
   } catch (const std::exception& e) {
     out_.greedy_only = 0;
+    out_.top_k_only = 0;
     for (const Part& p : parts_)
       if (is_active(*p.a)) finish(*p.a, FinishReason::Error, e.what());
     return false;
   }
   out_.greedy_only = 0;
+  out_.top_k_only = 0;
   size_t li = 0, row = 0;  // logit row, batch row
   for (const Part& p : parts_) {
     const size_t li0 = li, row0 = row;
@@ -294,8 +317,14 @@ bool Engine::run_parts() {
     // A plain decode step's cost, for the policy's comparison with its speculative ones (both
     // the whole step, shared or not).
     if (!p.prefill && p.a->drafts) p.a->policy.record(now_seconds() - step_t0_, 1, 0);
+    p.a->top_ids.clear();
+    p.a->top_logits.clear();
     if (ids) {
       p.a->next = out_.greedy[li0];
+      p.a->logits.clear();
+    } else if (K > 0) {
+      p.a->top_ids.assign(out_.top_ids.begin() + long(li0 * K), out_.top_ids.begin() + long((li0 + 1) * K));
+      p.a->top_logits.assign(out_.top_logits.begin() + long(li0 * K), out_.top_logits.begin() + long((li0 + 1) * K));
       p.a->logits.clear();
     } else {
       p.a->logits.assign(out_.logits.begin() + long(li0 * V), out_.logits.begin() + long((li0 + 1) * V));
@@ -313,6 +342,8 @@ bool Engine::next_token(Active& a, int32_t& token) {
   if (a.next) {
     token = *a.next;
     a.next.reset();
+  } else if (!a.top_ids.empty()) {
+    token = a.sampler.sample_top(a.top_ids, a.top_logits);
   } else {
     token = a.sampler.sample(a.logits);
   }
@@ -371,6 +402,8 @@ void Engine::add_spec_part(Active& a, int32_t anchor, int n) {
 void Engine::finish_spec_part(Active& a, size_t li0, int row0, int n, bool ids) {
   const size_t V = size_t(model_.hparams().n_vocab);
   const bool greedy = a.ticket->req.sampling.temperature <= 0;
+  a.top_ids.clear();  // verify steps return full logits or ids, never top-k candidates
+  a.top_logits.clear();
   a.result.draft_steps++;
   a.result.drafted_tokens += n;
   bool finished = false;
@@ -408,6 +441,13 @@ void Engine::finish_spec_part(Active& a, size_t li0, int row0, int n, bool ids) 
 
 bool Engine::argmax_only(const Active& a) const {
   return a.sampler.plain_greedy() && a.ticket->req.top_logprobs < 0;
+}
+
+int Engine::top_k_needed(const Active& a) const {
+  if (!opt_.device_top_k || a.ticket->req.top_logprobs >= 0 || !a.sampler.can_sample_from_top(kMaxDeviceTopK))
+    return 0;
+  const SamplingParams& p = a.sampler.params();
+  return p.temperature <= 0 ? 1 : std::min(p.top_k, kMaxDeviceTopK);
 }
 
 bool Engine::commit(Active& a, int32_t token, bool forced) {

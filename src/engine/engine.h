@@ -36,6 +36,12 @@ struct EngineOptions {
   int prefill_chunk = 512; // prompt rows per prefill step (<= the model's max_batch_rows)
   int parallel = 4;        // requests generated together (continuous batching); with draft sources, their count
   SpecOptions spec;        // speculation policy, when the engine has a draft source
+  // Plain sampled rows (top_k on, no penalties, bias or logprobs) download their top-k
+  // candidates, not the logits (ForwardOutput::top_k_only); the tokens are the same either
+  // way. Off by default until the CUDA kernel (backend/cuda/top_k.cu) has passed its GPU tests
+  // (CudaOps.TopKRows*, CudaTopK.*: written without a GPU in session 7, not yet run); the
+  // tests turn it on and compare the two paths.
+  bool device_top_k = false;
 };
 
 // One committed token as the request sees it.
@@ -137,6 +143,9 @@ class Engine {
   // Whether the request's next tokens depend on the logits only through their argmax (plain
   // greedy, no logprobs): then forwards return argmax ids instead of logits.
   bool argmax_only(const Active& a) const;
+  // Whether a's next token can be sampled from a step's top-k candidates (Sampler::sample_top),
+  // and from how many at least; 0: it needs the full logits.
+  int top_k_needed(const Active& a) const;
   void finish(Active& a, FinishReason why, std::string error = {});  // removes a
   static void notify_done(const GenerationRequest& req, const GenerationResult& r);
 

@@ -1,5 +1,6 @@
 #include "engine/generator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -51,6 +52,23 @@ int32_t Generator::decode_greedy(int32_t token, int limit) {
   return out_.greedy[0];
 }
 
+void Generator::decode_top_k(int32_t token, int k, int limit, std::vector<int32_t>& ids,
+                             std::vector<float>& logits) {
+  batch_.clear();
+  batch_.add(seq_, state_->get(seq_).n_past, token, true);
+  out_.top_k_only = k;
+  out_.top_k_limit = limit;
+  try {
+    model_.forward(batch_, *state_, out_);
+  } catch (...) {
+    out_.top_k_only = 0;
+    throw;
+  }
+  out_.top_k_only = 0;
+  ids.assign(out_.top_ids.begin(), out_.top_ids.end());
+  logits.assign(out_.top_logits.begin(), out_.top_logits.end());
+}
+
 GenerateStats Generator::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                                   const std::function<bool(int32_t)>& on_token) {
   GenerateStats st;
@@ -69,9 +87,14 @@ GenerateStats Generator::generate(const std::vector<int32_t>& prompt, const Gene
   double t_first = t1;
   // Plain greedy: each step returns its argmax id, not the logits (see ForwardOutput).
   const bool argmax_only = sampler.plain_greedy();
+  // Sampling that reads only the top top_k logits: each step returns those (and their ids).
+  const int top_k = !argmax_only && opt.device_top_k && sampler.can_sample_from_top(kMaxDeviceTopK)
+                        ? std::min({opt.sampling.temperature <= 0 ? 1 : opt.sampling.top_k, kMaxDeviceTopK, n_sampleable})
+                        : 0;
+  std::vector<int32_t> top_ids;
   std::optional<int32_t> next;
   for (int i = 0; i < opt.max_new_tokens; ++i) {
-    const int32_t tok = next ? *next : sampler.sample(logits);
+    const int32_t tok = next ? *next : !top_ids.empty() ? sampler.sample_top(top_ids, logits) : sampler.sample(logits);
     sampler.accept(tok);
     if (i == 0) t_first = now_seconds();
     st.generated_tokens++;
@@ -91,6 +114,8 @@ GenerateStats Generator::generate(const std::vector<int32_t>& prompt, const Gene
     }
     if (argmax_only)
       next = decode_greedy(tok, n_sampleable);
+    else if (top_k > 0)
+      decode_top_k(tok, top_k, n_sampleable, top_ids, logits);
     else
       decode(tok, logits);
   }

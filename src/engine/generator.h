@@ -18,6 +18,9 @@ struct GenerateOptions {
   int max_new_tokens = 128;
   int prefill_chunk = 512;    // rows per prefill forward (<= the model's max_batch_rows)
   bool stop_at_eog = true;    // stop on end-of-generation tokens
+  // Sampling that reads only the top top_k logits downloads those (Engine's option of the name,
+  // off by default for the same reason).
+  bool device_top_k = false;
   SamplingParams sampling;
 };
 
@@ -57,6 +60,9 @@ class Generator {
   void decode(int32_t token, std::vector<float>& logits);
   // The same step, greedy: the argmax id among ids < limit, computed on the backend.
   int32_t decode_greedy(int32_t token, int limit);
+  // The same step returning the k largest logits among ids < limit and their ids, sorted
+  // (ForwardOutput::top_k_only).
+  void decode_top_k(int32_t token, int k, int limit, std::vector<int32_t>& ids, std::vector<float>& logits);
   void reset();
 
  private:

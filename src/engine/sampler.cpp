@@ -48,6 +48,32 @@ void Sampler::prepare(std::span<const float> logits) {
   } else {
     std::sort(cand_.begin(), cand_.end(), by_logit);
   }
+  filter();
+}
+
+bool Sampler::can_sample_from_top(int k) const {
+  const bool reads_others = p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f ||
+                            p_.frequency_penalty != 0.0f || !p_.logit_bias.empty();
+  if (reads_others || k < 1) return false;
+  return p_.temperature <= 0 || (p_.top_k > 0 && std::min(p_.top_k, n_sampleable_) <= k);
+}
+
+int32_t Sampler::sample_top(std::span<const int32_t> ids, std::span<const float> logits) {
+  if (ids.empty() || ids.size() != logits.size()) fail("sampler: {} top ids for {} logits", ids.size(), logits.size());
+  if (p_.temperature <= 0) return ids[0];  // the largest, lowest id on ties: sample()'s greedy pick
+  // prepare() keeps min(top_k, n) candidates sorted the same way (top_k off: all n).
+  const size_t keep = p_.top_k > 0 ? size_t(std::min(p_.top_k, n_sampleable_)) : size_t(n_sampleable_);
+  if (ids.size() < keep) fail("sampler: {} top candidates, top_k needs {}", ids.size(), keep);
+  cand_.resize(keep);
+  for (size_t i = 0; i < keep; ++i) {
+    if (ids[i] < 0 || ids[i] >= n_sampleable_) fail("sampler: top candidate id {} is not sampleable", ids[i]);
+    cand_[i] = {ids[i], logits[i]};
+  }
+  filter();
+  return draw();
+}
+
+void Sampler::filter() {
   // Probabilities at temperature 1 decide top-p / min-p (llama.cpp's order: filters, then temperature).
   const float max_l = cand_.front().logit;
   probs_.resize(cand_.size());
@@ -98,6 +124,10 @@ int32_t Sampler::sample(std::span<const float> logits) {
     });
     return best->id;
   }
+  return draw();
+}
+
+int32_t Sampler::draw() {
   const float max_l = cand_.front().logit;
   probs_.resize(cand_.size());
   double sum = 0;

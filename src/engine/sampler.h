@@ -30,6 +30,14 @@ class Sampler {
 
   // Picks the next token from raw logits (n_vocab floats; not modified).
   int32_t sample(std::span<const float> logits);
+  // The same pick from a row's top candidates only: ids and their logits sorted by logit
+  // descending, ties to the lower id (Backend::top_k_rows), at least min(top_k, n_sampleable)
+  // of them, all < n_sampleable. When can_sample_from_top(ids.size()) holds and the row has no
+  // NaN, this is exactly sample(row), drawing the same random numbers.
+  int32_t sample_top(std::span<const int32_t> ids, std::span<const float> logits);
+  // Whether sample_top from a row's top k gives sample()'s token: nothing reads other logits
+  // (no penalties, no logit bias), and greedy, or top_k on and within k candidates.
+  bool can_sample_from_top(int k) const;
   // Records a token that became part of the context (prompt or generated) for the penalties.
   void accept(int32_t token);
   const SamplingParams& params() const { return p_; }
@@ -46,6 +54,9 @@ class Sampler {
 
  private:
   void prepare(std::span<const float> logits);  // fills cand_ with penalised, filtered candidates
+  // The filters after top-k (top-p, min-p) on cand_, sorted by logit descending (sampling only).
+  void filter();
+  int32_t draw();  // a draw from cand_ at the temperature (> 0)
 
   SamplingParams p_;
   int n_sampleable_;

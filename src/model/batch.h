@@ -35,11 +35,19 @@ struct Batch {
 // returns, instead of logits, each such row's greedy choice among ids < greedy_only in
 // greedy[i]: the argmax runs on the backend, so a step downloads a few bytes, not n_vocab floats
 // a row (a 248K vocabulary is 1 MB a row). Ties go to the lowest id, like Sampler's greedy pick.
+// With top_k_only = K > 0 instead, each such row's K largest logits among ids < top_k_limit:
+// top_ids[i * K ...] and top_logits[i * K ...], by logit descending, ties to the lower id, NaN
+// last (Backend::top_k_rows; 1 <= K <= min(top_k_limit, kMaxDeviceTopK)): what Sampler::
+// sample_top draws from, a few hundred bytes a row.
 struct ForwardOutput {
   int greedy_only = 0;
+  int top_k_only = 0;
+  int top_k_limit = 0;  // ids >= this never count (the vocabulary's padding rows)
   std::vector<int> logit_rows;
-  std::vector<float> logits;    // empty when greedy_only
+  std::vector<float> logits;    // empty when greedy_only or top_k_only
   std::vector<int32_t> greedy;  // one id per logit row when greedy_only
+  std::vector<int32_t> top_ids;   // top_k_only ids per logit row
+  std::vector<float> top_logits;  // and their logits
 };
 
 }  // namespace df

@@ -170,9 +170,15 @@ void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& 
   const size_t V = size_t(hp_.n_vocab);
   const int n_logits = int(out.logit_rows.size());
   const bool greedy = out.greedy_only > 0;
+  const int top_k = out.top_k_only;
   if (greedy && out.greedy_only > int(V)) fail("greedy_only {} exceeds the vocabulary ({})", out.greedy_only, V);
-  out.logits.resize(greedy ? 0 : size_t(n_logits) * V);
+  if (greedy && top_k > 0) fail("greedy_only and top_k_only are exclusive");
+  if (top_k > 0 && (out.top_k_limit > int(V) || top_k > std::min(out.top_k_limit, kMaxDeviceTopK)))
+    fail("top_k_only {} outside 1..min(top_k_limit {}, {}) (vocabulary {})", top_k, out.top_k_limit, kMaxDeviceTopK, V);
+  out.logits.resize(greedy || top_k > 0 ? 0 : size_t(n_logits) * V);
   out.greedy.resize(greedy ? size_t(n_logits) : 0);
+  out.top_ids.resize(size_t(n_logits) * size_t(std::max(top_k, 0)));
+  out.top_logits.resize(out.top_ids.size());
   for (int i0 = 0; i0 < n_logits; i0 += opt_.max_logit_rows) {
     const int n = std::min(opt_.max_logit_rows, n_logits - i0);
     // Runs of consecutive rows (a verify block, one row per decoding sequence) in one launch each.
@@ -186,6 +192,9 @@ void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& 
     be_.matmul(output_, s.lhid, n, s.logits);
     if (greedy)
       be_.argmax_rows(s.logits, n, out.greedy_only, V, out.greedy.data() + i0);
+    else if (top_k > 0)
+      be_.top_k_rows(s.logits, n, out.top_k_limit, V, top_k, out.top_ids.data() + size_t(i0) * top_k,
+                     out.top_logits.data() + size_t(i0) * top_k);
     else
       be_.download(out.logits.data() + size_t(i0) * V, s.logits, size_t(n) * V * sizeof(float));
   }

@@ -80,8 +80,9 @@ void StepCensusBackend::around(const OpCall& call, OpBody body) {
     case BackendOp::kSynchronize:
       sync();
       break;
-    // The argmax kernel joins the open segment; the ids' download then waits for it.
+    // The argmax and top-k kernels join the open segment; the results' download then waits for them.
     case BackendOp::kArgmax:
+    case BackendOp::kTopK:
       op();
       sync();
       break;

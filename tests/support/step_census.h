@@ -2,7 +2,7 @@
 // backend would see it, without a GPU: steps (StepScopes), the graphs they would launch (a
 // step's ops up to each host synchronisation inside it, or its end), ops recorded into those
 // graphs, ops issued outside any step (each a direct launch on CUDA), host synchronisations
-// (download, argmax_rows, synchronize) and backend allocations. Tests use it to pin down what
+// (download, argmax_rows, top_k_rows, synchronize) and backend allocations. Tests use it to pin down what
 // one decode or speculative step costs in launches and round trips.
 #pragma once
 #include <array>
@@ -17,7 +17,7 @@ struct StepCounts {
   int64_t graphs = 0;       // graph launches: non-empty step segments ended by a sync or the step's end
   int64_t ops_in_steps = 0;  // ops (kernels, copies, staged uploads) recorded inside steps
   int64_t ops_outside = 0;  // ops outside every step: direct launches
-  int64_t syncs = 0;        // host waits: download, argmax_rows, synchronize
+  int64_t syncs = 0;        // host waits: download, argmax_rows, top_k_rows, synchronize
   int64_t allocs = 0;       // alloc, release, weight_data
   int64_t host_news = 0;    // host heap allocations outside the backend (see count_host_new)
   StepCounts operator-(const StepCounts& o) const {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 
 #include "backend/cuda/cuda_graphs.h"
 #include "backend/cuda/kernels.h"
@@ -49,6 +50,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(attn_scratch_);
   cudaFree(gdn_scratch_);
   cudaFree(argmax_dev_);
+  cudaFree(top_k_scratch_);
   cudaStreamDestroy(as_stream(stream_));
 }
 
@@ -445,6 +447,30 @@ const int32_t* CudaBackend::argmax_launch(const float* x, int rows, int n, size_
   cuda::argmax_rows(x, rows, n, stride, argmax_dev_, as_stream(stream_));
   check_launch("argmax_rows");
   return argmax_dev_;
+}
+
+void CudaBackend::top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids_host,
+                             float* vals_host) {
+  if (rows <= 0) return;
+  top_k_launch(x, rows, n, stride, k);
+  top_k_download(rows, k, ids_host, vals_host);
+}
+
+void CudaBackend::top_k_launch(const float* x, int rows, int n, size_t stride, int k) {
+  if (n <= 0 || size_t(n) > stride) fail("top_k_rows: bad row (n = {}, stride = {})", n, stride);
+  if (k < 1 || k > n || k > kMaxDeviceTopK) fail("top_k_rows: k = {} outside 1..min(n = {}, {})", k, n, kMaxDeviceTopK);
+  enter();
+  ensure_scratch(top_k_scratch_, top_k_scratch_cap_, cuda::top_k_scratch_bytes(rows, n, k), "top_k_rows");
+  cuda::top_k_rows(x, rows, n, stride, k, top_k_scratch_, as_stream(stream_));
+  check_launch("top_k_rows");
+}
+
+void CudaBackend::top_k_download(int rows, int k, int32_t* ids_host, float* vals_host) {
+  const size_t each = size_t(rows) * size_t(k);
+  if (top_k_host_.size() < 2 * each) top_k_host_.resize(2 * each);
+  CudaBackend::download(top_k_host_.data(), top_k_scratch_, 2 * each * sizeof(uint32_t));
+  std::memcpy(ids_host, top_k_host_.data(), each * sizeof(int32_t));
+  std::memcpy(vals_host, top_k_host_.data() + each, each * sizeof(float));
 }
 
 // --- factory ---

@@ -63,6 +63,7 @@ class CudaBackend : public Backend {
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                       float eps) override;
   void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) override;
+  void top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids_host, float* vals_host) override;
 
   // The stream every op is queued on (for the profiler's event clock, cuda_op_clock.cpp).
   CUstream_st* stream() const { return stream_; }
@@ -79,6 +80,10 @@ class CudaBackend : public Backend {
   // The argmax kernel of argmax_rows into argmax_dev_ (returned), without the download.
   const int32_t* argmax_launch(const float* x, int rows, int n, size_t stride);
   const int32_t* argmax_results() const { return argmax_dev_; }
+  // The top-k kernels of top_k_rows into top_k_scratch_, without the download.
+  void top_k_launch(const float* x, int rows, int n, size_t stride, int k);
+  // The results of the last top_k_launch to the host: one download, split into ids and values.
+  void top_k_download(int rows, int k, int32_t* ids_host, float* vals_host);
   // Counts reallocations of the buffers that launches use without them being op arguments
   // (matmul and delta-rule scratch, copy bounce, argmax results, block table): a CUDA graph
   // captured under one generation may hold pointers freed in a later one.
@@ -108,6 +113,9 @@ class CudaBackend : public Backend {
   size_t gdn_scratch_cap_ = 0;    // in bytes
   int32_t* argmax_dev_ = nullptr;  // argmax_rows results before the download (grow-only)
   int argmax_cap_ = 0;
+  void* top_k_scratch_ = nullptr;  // top_k_rows results and per-chunk lists (grow-only)
+  size_t top_k_scratch_cap_ = 0;   // in bytes
+  std::vector<uint32_t> top_k_host_;  // the downloaded results before the split (grow-only)
 };
 
 }  // namespace df

@@ -48,7 +48,7 @@ int padded_blocks(int n) {
 enum class CudaGraphBackend::Op : uint8_t {
   kUpload, kTable, kCopy, kCopy2d, kMatmul, kEmbed, kRmsNorm, kAdd, kSwiglu, kMulSigmoid, kRope, kKvStore,
   kAttention, kConv1d, kL2Norm, kGdnGates, kDeltaRule, kGatedRmsNorm, kArgmax, kMatmulShared,
-  kAddRmsNorm, kQkNormRope, kGdnConvNormGates,
+  kAddRmsNorm, kQkNormRope, kGdnConvNormGates, kTopK,
 };
 
 // Arguments go on the tape field by field: the bytes must be a function of the values alone
@@ -210,6 +210,9 @@ void CudaGraphBackend::attention_at(const float* q, size_t q_row_stride, size_t 
 }
 
 void CudaGraphBackend::argmax_at(const float* x, int rows, int n, size_t stride) { argmax_launch(x, rows, n, stride); }
+void CudaGraphBackend::top_k_at(const float* x, int rows, int n, size_t stride, int k) {
+  top_k_launch(x, rows, n, stride, k);
+}
 
 // The staged bytes go to pinned memory, which the tape's copies read when they run: wait for
 // the previous step's copies first, grow the buffers when needed (a new generation: graphs
@@ -268,6 +271,7 @@ void CudaGraphBackend::run_tape(const std::vector<unsigned char>& tape) {
       case Op::kDeltaRule: replay(r, &CudaBackend::gdn_delta_rule); break;
       case Op::kGatedRmsNorm: replay(r, &CudaBackend::gated_rms_norm); break;
       case Op::kArgmax: replay(r, &CudaGraphBackend::argmax_at); break;
+      case Op::kTopK: replay(r, &CudaGraphBackend::top_k_at); break;
       case Op::kMatmulShared: replay_matmul_shared(r); break;
       default: fail("CUDA graph tape: unknown op");
     }
@@ -553,6 +557,16 @@ void CudaGraphBackend::argmax_rows(const float* x, int rows, int n, size_t strid
   record(Op::kArgmax, &CudaGraphBackend::argmax_at, x, rows, n, stride);
   flush();
   CudaBackend::download(out_host, argmax_results(), size_t(rows) * sizeof(int32_t));
+}
+
+// The same for the top-k kernels: they join the graph, the candidates' download waits.
+void CudaGraphBackend::top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids_host,
+                                  float* vals_host) {
+  if (!recording()) return CudaBackend::top_k_rows(x, rows, n, stride, k, ids_host, vals_host);
+  if (rows <= 0) return;
+  record(Op::kTopK, &CudaGraphBackend::top_k_at, x, rows, n, stride, k);
+  flush();
+  top_k_download(rows, k, ids_host, vals_host);
 }
 
 }  // namespace df

@@ -18,7 +18,7 @@
 // results are the same since a step only touches positions its real blocks hold.
 // A graph was captured from byte-identical calls, so a replay launches the same kernels with
 // the same arguments: results are bit-identical to direct launches. Buffers a launch uses
-// without naming them (matmul scratch, argmax results, the staging buffers) count a
+// without naming them (matmul scratch, argmax and top-k results, the staging buffers) count a
 // generation when reallocated; a graph from an older generation is captured again.
 #pragma once
 #include <cstddef>
@@ -89,6 +89,7 @@ class CudaGraphBackend final : public CudaBackend {
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                       float eps) override;
   void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) override;
+  void top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids_host, float* vals_host) override;
 
  private:
   enum class Op : uint8_t;
@@ -126,6 +127,7 @@ class CudaGraphBackend final : public CudaBackend {
   void attention_at(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos,
                     int n_head, const KvLayerView& kv, int table_index, int n_blocks, float scale, float* out);
   void argmax_at(const float* x, int rows, int n, size_t stride);
+  void top_k_at(const float* x, int rows, int n, size_t stride, int k);
   static constexpr int kMaxSharedInput = 8;  // weights in one recorded shared-input product
   void replay_matmul_shared(Reader& r);
   size_t stage(const void* src, size_t bytes);  // copies into staging_, returns the offset

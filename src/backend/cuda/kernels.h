@@ -138,4 +138,10 @@ void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out, c
 // for real data; it keeps the loads from being optimised away.
 void read_probe(const void* data, size_t bytes, unsigned* sink, cudaStream_t s);
 
+// top_k.cu -- per row of x (as argmax_rows) the top k (1 <= k <= min(n, kMaxDeviceTopK)) in the
+// order of backend/top_k_order.h: rows * k ids, then rows * k values, at the start of scratch
+// (device memory of top_k_scratch_bytes(rows, n, k) bytes; the rest holds per-chunk lists).
+size_t top_k_scratch_bytes(int rows, int n, int k);
+void top_k_rows(const float* x, int rows, int n, size_t stride, int k, void* scratch, cudaStream_t s);
+
 }  // namespace df::cuda
