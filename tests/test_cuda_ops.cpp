@@ -1225,6 +1225,10 @@ class DequantizedCpu final : public Backend {
   void upload(void* d, const void* s, size_t b) override { cpu_->upload(d, s, b); }
   void download(void* d, const void* s, size_t b) override { cpu_->download(d, s, b); }
   void copy(void* d, const void* s, size_t b) override { cpu_->copy(d, s, b); }
+  void copy_2d_indexed(void* d, size_t dp, const void* s, size_t sp, size_t rb, int rows, const int32_t* index,
+                       size_t index_bytes) override {
+    cpu_->copy_2d_indexed(d, dp, s, sp, rb, rows, index, index_bytes);
+  }
   void copy_2d(void* d, size_t dp, const void* s, size_t sp, size_t rb, int rows) override {
     cpu_->copy_2d(d, dp, s, sp, rb, rows);
   }

@@ -126,18 +126,49 @@ TEST(SpecPolicy, TurnsOffWhenSlowerThanPlainAndReprobesWithBackoff) {
   for (int i = 0; i < 4 + 14; ++i) (step(3.0) ? spec : plain)++;
   EXPECT_EQ(spec, 14);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(step(3.0), 0) << "off for --draft-reprobe tokens";
-  // The re-probe fails too: off for twice as long.
-  for (int i = 0; i < 8; ++i) EXPECT_GT(step(3.0), 0) << "re-probe " << i;
+  // The re-probe (its two steps: the costs are known already) fails too: off for twice as long.
+  for (int i = 0; i < 2; ++i) EXPECT_GT(step(3.0), 0) << "re-probe " << i;
   for (int i = 0; i < 20; ++i) EXPECT_EQ(step(3.0), 0) << "doubled wait, token " << i;
   EXPECT_GT(step(3.0), 0);
 }
 
-TEST(SpecPolicy, ResetForgetsEverything) {
-  SpecPolicy p(SpecOptions{});
-  for (int i = 0; i < 20; ++i) p.record(1.0, 1, p.drafts(16));
+// reset() starts a new request: its acceptances and off state go, the measured step costs stay
+// (they belong to the model and device, and the graph warm-up happens once per process).
+TEST(SpecPolicy, ResetForgetsTheRequestButNotTheCosts) {
+  SpecPolicy p(SpecOptions{true, 1000, 0});
+  int spec_steps = 0;
+  for (int i = 0; i < 40; ++i) {
+    const int n = p.drafts(16);
+    spec_steps += n > 0;
+    p.record(n == 0 ? 1.0 : 5.0, 1, n);  // nothing accepted, speculation 5x dearer: turned off
+  }
+  ASSERT_GT(spec_steps, 0);
+  ASSERT_EQ(p.drafts(16), 0) << "off after the failed probes";
   p.reset();
-  EXPECT_EQ(p.drafts(16), 0);  // plain warm-up again
   EXPECT_DOUBLE_EQ(p.expected_tokens(3), 1 + 0.5 + 0.25 + 0.125);  // the uniform prior again
+  // No plain warm-up and no re-measurement: the new request probes at once (its own acceptance
+  // is unknown), at the width the known costs and the prior favour: every width cost 5 s, and
+  // under the uniform prior the widest expects the most tokens per step.
+  EXPECT_EQ(p.drafts(16), 15);
+}
+
+// Policies sharing one SpecCosts (an engine's requests) measure once: the second request
+// speculates from its first step, without plain warm-up steps or width probes of its own.
+TEST(SpecPolicy, SharedCostsAreMeasuredOnce) {
+  SpecCosts costs;
+  SpecPolicy first(SpecOptions{}, costs);
+  std::vector<int> seq;
+  for (int i = 0; i < 18; ++i) {
+    const int n = first.drafts(16);
+    seq.push_back(n);
+    first.record(n == 0 ? 1.0 : 1.1, n == 0 ? 1 : 4, n);
+  }
+  EXPECT_EQ(seq, (std::vector<int>{0, 0, 0, 0, 15, 15, 15, 15, 15, 15, 8, 8, 8, 8, 4, 4, 4, 4}));
+  SpecPolicy second(SpecOptions{}, costs);
+  EXPECT_GT(second.drafts(16), 0) << "the second request re-measured what the first measured";
+  // A policy with its own costs starts from nothing.
+  SpecPolicy alone(SpecOptions{});
+  EXPECT_EQ(alone.drafts(16), 0);
 }
 
 }  // namespace

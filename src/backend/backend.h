@@ -72,6 +72,11 @@ class Backend {
   // conv-window checkpoints).
   virtual void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
                        int rows) = 0;
+  // copy_2d from src + (*index) * index_bytes, index (one int32, backend memory) read when the
+  // copy runs: a step whose source row is only known later (a commit's kept row) then issues the
+  // same op whatever the row, so a CUDA graph of it replays for every row.
+  virtual void copy_2d_indexed(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                               int rows, const int32_t* index, size_t index_bytes) = 0;
   virtual void synchronize() = 0;
   // Makes weight bytes from the (mapped) file usable by ops. The CPU backend reads the mapping
   // in place; a GPU backend uploads. The file must outlive the backend's use of the result.

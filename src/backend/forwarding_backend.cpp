@@ -24,6 +24,11 @@ void ForwardingBackend::copy_2d(void* dst, size_t dst_pitch, const void* src, si
                                 int rows) {
   forward({BackendOp::kCopy2d}, [&] { inner_.copy_2d(dst, dst_pitch, src, src_pitch, row_bytes, rows); });
 }
+void ForwardingBackend::copy_2d_indexed(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                                        size_t row_bytes, int rows, const int32_t* index, size_t index_bytes) {
+  forward({BackendOp::kCopy2dIndexed},
+          [&] { inner_.copy_2d_indexed(dst, dst_pitch, src, src_pitch, row_bytes, rows, index, index_bytes); });
+}
 void ForwardingBackend::synchronize() {
   forward({BackendOp::kSynchronize}, [&] { inner_.synchronize(); });
 }

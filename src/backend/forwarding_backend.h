@@ -11,7 +11,7 @@ namespace df {
 enum class BackendOp : int {
   kAlloc, kRelease, kUpload, kDownload, kCopy, kCopy2d, kSynchronize, kWeightData, kEmbed, kRmsNorm, kAdd,
   kSwiglu, kMulSigmoid, kRope, kKvStore, kAttention, kConv1d, kL2Norm, kGdnGates, kGdnDeltaRule,
-  kGatedRmsNorm, kArgmax, kAddRmsNorm, kQkNormRope, kGdnConvNormGates, kTopK,
+  kGatedRmsNorm, kArgmax, kAddRmsNorm, kQkNormRope, kGdnConvNormGates, kTopK, kCopy2dIndexed,
   kMatmul, kMatmulSharedInput,
 };
 
@@ -48,6 +48,8 @@ class ForwardingBackend : public Backend {
   void download(void* dst, const void* src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
   void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, int rows) override;
+  void copy_2d_indexed(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, int rows,
+                       const int32_t* index, size_t index_bytes) override;
   void synchronize() override;
   const void* weight_data(const void* host, size_t bytes) override;
   void matmul(const Weight& w, const float* x, int rows, float* y) override;

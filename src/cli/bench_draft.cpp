@@ -42,7 +42,7 @@ nlohmann::json bench_draft(LoadedModel& m, const DraftBenchInput& in) {
     }
     // One greedy speculative step as SpecDecoder runs it, with nothing accepted: the drafter's
     // block, the verify forward of anchor + drafts (per-row checkpoints, argmax ids), the commit
-    // of the anchor row (a checkpoint copy) and the drafter's ingest of it.
+    // of the anchor row (a checkpoint copy) and the drafter's ingest of it (padded to the block).
     const int n_vocab = m.model->hparams().n_vocab;
     std::vector<int32_t> ids;
     std::vector<double> ms, vms;
@@ -59,8 +59,11 @@ nlohmann::json bench_draft(LoadedModel& m, const DraftBenchInput& in) {
       for (int i = 0; i + 1 < block; ++i) b.add_speculative(ts, p0 + 1 + i, ids[size_t(i)]);
       out.greedy_only = n_vocab;
       m.model->forward(b, *tstate, out);
-      m.model->commit(*tstate, ts, 1);
-      draft.ingest(*dstate, ds, m.model->features(), 1);
+      {
+        StepScope step(be);  // as the decoders run it: the commit and the drafter's padded ingest, one step
+        m.model->commit(*tstate, ts, 1);
+        draft.ingest_padded(*dstate, ds, m.model->features(), 1, block);
+      }
       be.synchronize();
       const auto t2 = std::chrono::steady_clock::now();
       anchor = out.greedy[0];

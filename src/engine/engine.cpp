@@ -52,13 +52,14 @@ struct Engine::Active {
   // The block being verified: its drafts and their proposal distributions (sampling).
   std::vector<int32_t> drafts_buf;
   std::vector<std::vector<float>> qs;
-  Active(std::shared_ptr<Ticket> t, int n_sampleable, const Tokenizer& tok, const SpecOptions& spec)
+  Active(std::shared_ptr<Ticket> t, int n_sampleable, const Tokenizer& tok, const SpecOptions& spec,
+         SpecCosts& costs)
       : ticket(std::move(t)),
         sampler(ticket->req.sampling, n_sampleable),
         decoder(tok),
         draft_sampler(spec::draft_sampling(ticket->req.sampling), n_sampleable),
         rng(ticket->req.sampling.seed ^ 0x5bd1e995u),
-        policy(spec) {}
+        policy(spec, costs) {}
 };
 
 Engine::Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& opt, DraftSource* drafts)
@@ -162,7 +163,7 @@ void Engine::worker_loop() {
 
 void Engine::start(const std::shared_ptr<Ticket>& t) {
   const int n_sampleable = std::min(model_.hparams().n_vocab, tok_.n_vocab());
-  actives_.push_back(std::make_unique<Active>(t, n_sampleable, tok_, opt_.spec));
+  actives_.push_back(std::make_unique<Active>(t, n_sampleable, tok_, opt_.spec, spec_costs_));
   Active& a = *actives_.back();
   a.slot = free_slots_.back();
   free_slots_.pop_back();
@@ -434,7 +435,7 @@ void Engine::finish_spec_part(Active& a, size_t li0, int row0, int n, bool ids) 
   {
     StepScope step(model_.backend());  // the rollback copies and the drafter's ingest: one graph
     model_.commit(*state_, a.seq, w.kept);
-    a.drafts->on_target_rows_from(row0, w.kept);
+    a.drafts->on_verified_rows(row0, w.kept);
   }
   a.policy.record(now_seconds() - step_t0_, w.kept, n);
 }

@@ -170,6 +170,7 @@ class Engine {
   double step_t0_ = 0;  // when this step began (policy timings: the whole step, drafting included)
   int step_committed_ = 0;  // tokens the parts of this step committed (plain rows, kept block rows)
   BatchSpecGate gate_;      // whether requests sharing a step speculate (adaptive policy only)
+  SpecCosts spec_costs_;    // step costs the requests' policies share (worker thread only)
   std::vector<std::unique_ptr<Active>> actives_;  // worker thread only
 
   mutable std::mutex mu_;

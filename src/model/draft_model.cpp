@@ -121,25 +121,40 @@ void DraftModel::ingest(SequenceStore& st, int seq, const float* features, int r
     rows -= skip;
   }
   for (int r0 = 0; r0 < rows; r0 += max_ingest_rows_) {
-    StepScope step(be_);  // the few rows of a decode or verify step: replayed as a CUDA graph
     const int n = std::min(max_ingest_rows_, rows - r0);
-    Sequence& q = st.get(seq);
-    const int p0 = q.n_past;
-    st.reserve(seq, std::min(p0 + n, st.max_tokens_per_seq()));
-    s.h_pos.resize(size_t(n));
-    s.h_slots.resize(size_t(n));
-    for (int i = 0; i < n; ++i) {
-      s.h_pos[size_t(i)] = p0 + i;
-      s.h_slots[size_t(i)] = slot(p0 + i);
-    }
-    be_.upload(s.pos, s.h_pos.data(), size_t(n) * sizeof(int32_t));
-    be_.upload(s.slots, s.h_slots.data(), size_t(n) * sizeof(int32_t));
-    be_.matmul(fc_, features + size_t(r0) * W, n, s.fused);
-    be_.rms_norm(s.fused, E, hidden_norm_, n, int(E), hp_.rms_eps, s.fused, E);
-    const SeqKv sk{q.block_table.data(), int(q.block_table.size())};
-    for (size_t l = 0; l < layers_.size(); ++l) store_context_kv(layers_[l], n, sk, st.kv()->layer(int(l)));
-    q.n_past = p0 + n;
+    ingest_step(st, seq, features + size_t(r0) * W, n, n);
   }
+}
+
+void DraftModel::ingest_padded(SequenceStore& st, int seq, const float* features, int rows, int compute_rows) {
+  if (rows < 1 || rows > compute_rows || compute_rows > block_ || compute_rows > max_ingest_rows_)
+    fail("padded ingest of {} rows computed as {} (block {}, at most {} rows a step)", rows, compute_rows, block_,
+         max_ingest_rows_);
+  ingest_step(st, seq, features, rows, compute_rows);
+}
+
+void DraftModel::ingest_step(SequenceStore& st, int seq, const float* features, int keep, int compute) {
+  Scratch& s = *s_;
+  const size_t E = size_t(hp_.n_embd);
+  StepScope step(be_);  // the few rows of a decode or verify step: replayed as a CUDA graph
+  Sequence& q = st.get(seq);
+  const int p0 = q.n_past;
+  // Rows past `keep` reach at most p0 + block - 1: the region a draft block writes after the
+  // context (make_state leaves room for it), overwritten by the next block before it is read.
+  st.reserve(seq, std::min(p0 + compute, st.max_tokens_per_seq()));
+  s.h_pos.resize(size_t(compute));
+  s.h_slots.resize(size_t(compute));
+  for (int i = 0; i < compute; ++i) {
+    s.h_pos[size_t(i)] = p0 + i;
+    s.h_slots[size_t(i)] = slot(p0 + i);
+  }
+  be_.upload(s.pos, s.h_pos.data(), size_t(compute) * sizeof(int32_t));
+  be_.upload(s.slots, s.h_slots.data(), size_t(compute) * sizeof(int32_t));
+  be_.matmul(fc_, features, compute, s.fused);
+  be_.rms_norm(s.fused, E, hidden_norm_, compute, int(E), hp_.rms_eps, s.fused, E);
+  const SeqKv sk{q.block_table.data(), int(q.block_table.size())};
+  for (size_t l = 0; l < layers_.size(); ++l) store_context_kv(layers_[l], compute, sk, st.kv()->layer(int(l)));
+  q.n_past = p0 + keep;
 }
 
 // One block layer; s.u holds the layer's normed input (attn_norm of s.x) on entry. The FFN's

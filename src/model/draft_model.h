@@ -56,6 +56,12 @@ class DraftModel {
   // Appends the context features of `rows` target rows at positions n_past.. of seq. features
   // is backend memory, rows × n_target_layers·n_embd (TargetModel::features()).
   void ingest(SequenceStore& st, int seq, const float* features, int rows);
+  // The same for the kept rows of a verify block (1 <= rows <= compute_rows <= block size, all
+  // in one step): the rows past `rows` are computed too, from whatever features follow, and
+  // their K/V land in the slots the next block overwrites, so the step's ops do not depend on
+  // how many rows were kept and CUDA replays one graph for every count. features must hold
+  // compute_rows rows.
+  void ingest_padded(SequenceStore& st, int seq, const float* features, int rows, int compute_rows);
   // Drafts a block after the committed context: row 0 is `anchor` at position n_past, rows
   // 1..B-1 are mask tokens. logits receives (B-1) × n_vocab floats: row i predicts the token at
   // position n_past + i.
@@ -66,6 +72,8 @@ class DraftModel {
 
  private:
   void run_block(SequenceStore& st, int seq, int32_t anchor);  // block logits into the scratch
+  // One step of ingest: computes `compute` rows at positions n_past.., commits the first `keep`.
+  void ingest_step(SequenceStore& st, int seq, const float* features, int keep, int compute);
   struct Scratch;
   void bind(const gguf::File& f);
   void layer(const DraftLayerWeights& L, int rows, const SeqKv& seq, const KvLayerView& kv);

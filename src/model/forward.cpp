@@ -24,6 +24,7 @@ struct TargetModel::Scratch : BackendBuffers {
   float *x, *u, *tmp, *qg, *k, *v, *attn, *qkv, *conv, *z, *alpha, *beta, *gdn, *gate, *up, *lhid, *logits;
   float* features = nullptr;  // [max_batch_rows][n_feature_layers * n_embd] when capturing
   int32_t *tokens, *pos;
+  int32_t* commit_rows;  // commit's source rows: {n_keep - 1 (state checkpoint), n_keep (conv window)}
   // Host copies of the current batch, and its segments.
   std::vector<int32_t> h_tokens, h_pos;
   struct Segment {
@@ -62,6 +63,7 @@ TargetModel::TargetModel(const gguf::File& file, Backend& be, const ModelOptions
   s.logits = s.make<float>(size_t(opt_.max_logit_rows) * size_t(hp_.n_vocab));
   s.tokens = s.make<int32_t>(R);
   s.pos = s.make<int32_t>(R);
+  s.commit_rows = s.make<int32_t>(2);
 }
 
 TargetModel::~TargetModel() {
@@ -286,19 +288,23 @@ void TargetModel::commit(SequenceStore& st, int seq, int n_keep) {
   if (q.spec_rows <= 0) fail("sequence {} has no speculative segment to commit", seq);
   if (n_keep < 1 || n_keep > q.spec_rows)
     fail("commit of {} rows: the speculative segment has {}", n_keep, q.spec_rows);
-  if (n_gdn_ > 0 && n_keep < q.spec_rows) {
-    // Two strided copies over every DeltaNet layer, as one step: a CUDA graph per n_keep, and
+  if (n_gdn_ > 0) {
+    // Two strided copies over every DeltaNet layer, as one step, from the rows named in device
+    // memory: the step is the same whatever n_keep (also when every row is kept, which copies
+    // the state the verify pass left in place), so one CUDA graph replays every commit, and
     // callers may put the drafter's ingest of the kept rows in the same step.
     StepScope step(be_);
     RecurrentPool& rec = *st.recurrent();
     const int slot = q.recurrent_slot;
     const size_t CD = size_t(gdn_shape().conv_dim());
     const size_t pitch = rec.layer_stride() * sizeof(float), ck_pitch = rec.checkpoint_layer_stride() * sizeof(float);
-    be_.copy_2d(rec.state(slot, 0), pitch, rec.row_states(slot, 0) + size_t(n_keep - 1) * rec.state_floats(), ck_pitch,
-                rec.state_floats() * sizeof(float), n_gdn_);
+    const int32_t rows[2] = {n_keep - 1, n_keep};
+    be_.upload(s_->commit_rows, rows, sizeof(rows));
+    be_.copy_2d_indexed(rec.state(slot, 0), pitch, rec.row_states(slot, 0), ck_pitch, rec.state_floats() * sizeof(float),
+                        n_gdn_, s_->commit_rows, rec.state_floats() * sizeof(float));
     // The window after row n_keep-1 is rows [n_keep, n_keep + K-1) of [old window ; inputs].
-    be_.copy_2d(rec.conv(slot, 0), pitch, rec.conv_history(slot, 0) + size_t(n_keep) * CD, ck_pitch,
-                rec.conv_floats() * sizeof(float), n_gdn_);
+    be_.copy_2d_indexed(rec.conv(slot, 0), pitch, rec.conv_history(slot, 0), ck_pitch, rec.conv_floats() * sizeof(float),
+                        n_gdn_, s_->commit_rows + 1, CD * sizeof(float));
   }
   q.n_past = q.spec_begin + n_keep;
   q.spec_begin = -1;

@@ -34,6 +34,13 @@ void DFlashSource::on_target_rows_from(int first_row, int kept) {
   draft_.ingest(*state_, seq_, target_.features() + size_t(first_row) * size_t(target_.feature_width()), kept);
 }
 
+void DFlashSource::on_verified_rows(int first_row, int kept) {
+  // The rows after the block must exist in the feature buffer (one row per batch row).
+  const int compute = std::max(kept, std::min(draft_.block_size(), target_.options().max_batch_rows - first_row));
+  draft_.ingest_padded(*state_, seq_, target_.features() + size_t(first_row) * size_t(target_.feature_width()), kept,
+                       compute);
+}
+
 void DFlashSource::propose(int32_t anchor, int n, std::vector<float>& logits) {
   if (n > draft_.block_size() - 1) fail("asked for {} drafts from a block of {}", n, draft_.block_size());
   draft_.draft(*state_, seq_, anchor, logits);  // B - 1 rows; the caller wants the first n

@@ -22,6 +22,10 @@ class DraftSource {
   // The same for rows first_row .. first_row + kept - 1 of the last forward (the source's
   // sequence among others in a batch). This default takes first_row 0 only.
   virtual void on_target_rows_from(int first_row, int kept);
+  // The same for the kept rows of a verify block starting at first_row (called inside the
+  // commit's step). DFlash computes the whole block's rows so the step does not depend on how
+  // many were kept (DraftModel::ingest_padded); this default is on_target_rows_from.
+  virtual void on_verified_rows(int first_row, int kept) { on_target_rows_from(first_row, kept); }
   // Proposal logits for the n tokens after `anchor` (n <= block_size() - 1): n × n_vocab.
   virtual void propose(int32_t anchor, int n, std::vector<float>& logits) = 0;
   // Greedy proposals: ids receives n ids, each the argmax of its proposal row among ids < limit
@@ -38,6 +42,7 @@ class DFlashSource final : public DraftSource {
   int block_size() const override { return draft_.block_size(); }
   void on_target_rows(int kept) override;
   void on_target_rows_from(int first_row, int kept) override;
+  void on_verified_rows(int first_row, int kept) override;
   void propose(int32_t anchor, int n, std::vector<float>& logits) override;
   void propose_greedy(int32_t anchor, int n, int limit, std::vector<int32_t>& ids) override;
   void reset() override;

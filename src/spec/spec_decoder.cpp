@@ -129,8 +129,12 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
     const int kept = w.kept;
     {
       StepScope step(model_.backend());  // the rollback copies and the drafter's ingest: one graph
-      if (n > 0) model_.commit(*state_, seq_, kept);
-      drafts_.on_target_rows(kept);
+      if (n > 0) {
+        model_.commit(*state_, seq_, kept);
+        drafts_.on_verified_rows(0, kept);
+      } else {
+        drafts_.on_target_rows(kept);
+      }
     }
     if (n > 0) {
       st.draft_steps++;

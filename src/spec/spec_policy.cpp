@@ -14,9 +14,18 @@ constexpr int kPlainWarmupSteps = 2;  // plain steps measured first, as the base
 constexpr int kMaxBackoff = 16;
 constexpr int kWidthProbes = 2;       // steps measured at each narrower width before choosing
 constexpr int kRefreshEvery = 16;     // speculative steps between re-measurements
+constexpr int kProbeSteps = 2;        // speculative steps of a re-probe before it is judged
 }  // namespace
 
-void SpecPolicy::reset() { *this = SpecPolicy(opt_); }
+void SpecPolicy::reset() {
+  off_tokens_left_ = 0;
+  backoff_ = 1;
+  widest_seen_ = 0;
+  probe_steps_ = 0;
+  probe_paid_ = false;
+  judged_.fill(0);
+  accepted_.fill(0);
+}
 
 int SpecPolicy::widest(int block_size) const {
   int n = block_size - 1;
@@ -45,27 +54,33 @@ double SpecPolicy::expected_tokens(int n) const {
 double SpecPolicy::best_cost_per_token(int widest_n) const {
   double best = std::numeric_limits<double>::infinity();
   for (int c : candidates(widest_n))
-    if (step_samples_[size_t(c)] > 0) best = std::min(best, step_cost_[size_t(c)] / expected_tokens(c));
+    if (c_->step_samples[size_t(c)] > 0) best = std::min(best, c_->step_cost[size_t(c)] / expected_tokens(c));
   return best;
+}
+
+// Measure every width first: the widest kMinSpecSamples times, the others kWidthProbes times.
+bool SpecPolicy::measured(int widest_n) const {
+  for (int c : candidates(widest_n))
+    if (c_->step_samples[size_t(c)] < (c == widest_n ? kMinSpecSamples : kWidthProbes)) return false;
+  return true;
 }
 
 int SpecPolicy::drafts(int block_size) const {
   const int n = widest(block_size);
   if (n <= 0) return 0;
   if (!opt_.adaptive) return n;
-  if (plain_samples_ < kPlainWarmupSteps || off_tokens_left_ > 0) return 0;
+  if (c_->plain_samples < kPlainWarmupSteps || off_tokens_left_ > 0) return 0;
   const std::vector<int> cand = candidates(n);
-  // Measure every width first: the widest kMinSpecSamples times, the others kWidthProbes times.
   for (int c : cand)
-    if (step_samples_[size_t(c)] < (c == n ? kMinSpecSamples : kWidthProbes)) return c;
+    if (c_->step_samples[size_t(c)] < (c == n ? kMinSpecSamples : kWidthProbes)) return c;
   // Now and then re-measure the width measured longest ago (costs grow with the context).
-  if (spec_steps_ % kRefreshEvery == kRefreshEvery - 1)
+  if (c_->spec_steps % kRefreshEvery == kRefreshEvery - 1)
     return *std::min_element(cand.begin(), cand.end(),
-                             [&](int a, int b) { return last_step_[size_t(a)] < last_step_[size_t(b)]; });
+                             [&](int a, int b) { return c_->last_step[size_t(a)] < c_->last_step[size_t(b)]; });
   int best = n;
   double best_cost = std::numeric_limits<double>::infinity();
   for (int c : cand) {
-    const double cost = step_cost_[size_t(c)] / expected_tokens(c);
+    const double cost = c_->step_cost[size_t(c)] / expected_tokens(c);
     if (cost < best_cost) best = c, best_cost = cost;
   }
   return best;
@@ -74,20 +89,21 @@ int SpecPolicy::drafts(int block_size) const {
 void SpecPolicy::record(double seconds, int committed, int drafted) {
   if (drafted <= 0) {
     const double per_token = seconds / std::max(committed, 1);
-    if (plain_runs_++ >= kWarmupRuns)
-      plain_cost_ = plain_samples_++ == 0 ? per_token : (1 - kEma) * plain_cost_ + kEma * per_token;
+    if (c_->plain_runs++ >= kWarmupRuns)
+      c_->plain_cost = c_->plain_samples++ == 0 ? per_token : (1 - kEma) * c_->plain_cost + kEma * per_token;
     if (off_tokens_left_ > 0 && (off_tokens_left_ -= committed) <= 0) {
-      off_tokens_left_ = 0;
-      step_samples_.fill(0);  // re-probe with fresh step costs (acceptance statistics stay)
+      off_tokens_left_ = 0;  // re-probe: the costs are known, the acceptance statistics stay
       widest_seen_ = 0;
+      probe_steps_ = 0;
     }
     return;
   }
   const size_t n = size_t(std::min(drafted, kMaxDrafts));
   widest_seen_ = std::max(widest_seen_, int(n));
-  if (runs_[n]++ >= kWarmupRuns)
-    step_cost_[n] = step_samples_[n]++ == 0 ? seconds : (1 - kEma) * step_cost_[n] + kEma * seconds;
-  last_step_[n] = spec_steps_++;
+  ++probe_steps_;
+  if (c_->runs[n]++ >= kWarmupRuns)
+    c_->step_cost[n] = c_->step_samples[n]++ == 0 ? seconds : (1 - kEma) * c_->step_cost[n] + kEma * seconds;
+  c_->last_step[n] = c_->spec_steps++;
   // committed = anchor + accepted drafts: drafts 1..accepted were accepted, the next one (if any)
   // was judged and rejected (or the step stopped there: a stop token, the budget).
   const int acc = std::clamp(committed - 1, 0, int(n));
@@ -96,10 +112,9 @@ void SpecPolicy::record(double seconds, int committed, int drafted) {
     if (k <= acc) accepted_[size_t(k)] += 1;
   }
   if (!opt_.adaptive) return;
-  // Judge only once every width has its probe samples.
-  for (int c : candidates(widest_seen_))
-    if (step_samples_[size_t(c)] < (c == widest_seen_ ? kMinSpecSamples : kWidthProbes)) return;
-  if (best_cost_per_token(widest_seen_) > plain_cost_) {
+  // Judge only once every width has its samples, and a probe has had its steps.
+  if (!measured(widest_seen_) || probe_steps_ < kProbeSteps) return;
+  if (best_cost_per_token(widest_seen_) > c_->plain_cost) {
     off_tokens_left_ = opt_.reprobe_tokens * backoff_;
     backoff_ = std::min(backoff_ * 2, kMaxBackoff);
     probe_paid_ = false;

@@ -10,6 +10,7 @@
 //   re-measured every 16 speculative steps, as step costs change with the context length.
 #pragma once
 #include <array>
+#include <memory>
 #include <vector>
 
 namespace df {
@@ -25,11 +26,34 @@ struct SpecOptions {
   bool argmax_drafts = false;
 };
 
+// The measured side of the policy: step costs, a property of the model, the device and the
+// batch rather than of a request, so the requests of one decoder share them (a new request
+// then speculates from its first tokens instead of re-measuring every width, and the CUDA
+// graph warm-up runs, which happen once per process, are skipped once).
+struct SpecCosts {
+  static constexpr int kMaxDrafts = 64;
+  double plain_cost = 0;  // moving average of seconds per committed token of plain steps
+  int plain_samples = 0;
+  int plain_runs = 0;  // plain steps seen, warm-up runs included (spec/warmup.h)
+  // Per width n (drafts per step): moving average of the step's seconds, samples, last step.
+  std::array<double, kMaxDrafts + 1> step_cost{};
+  std::array<int, kMaxDrafts + 1> step_samples{};
+  std::array<int, kMaxDrafts + 1> runs{};  // steps seen per width, warm-up runs included
+  std::array<long, kMaxDrafts + 1> last_step{};
+  long spec_steps = 0;
+};
+
 class SpecPolicy {
  public:
-  static constexpr int kMaxDrafts = 64;
+  static constexpr int kMaxDrafts = SpecCosts::kMaxDrafts;
 
-  explicit SpecPolicy(const SpecOptions& opt) : opt_(opt) {}
+  // With its own costs (kept across reset()), or with costs shared by several policies.
+  explicit SpecPolicy(const SpecOptions& opt) : opt_(opt), own_(std::make_unique<SpecCosts>()), c_(own_.get()) {}
+  SpecPolicy(const SpecOptions& opt, SpecCosts& shared) : opt_(opt), c_(&shared) {}
+  SpecPolicy(SpecPolicy&&) = default;
+  SpecPolicy& operator=(SpecPolicy&&) = default;
+
+  // A new request: forgets acceptances and the off/backoff state; the step costs stay.
   void reset();
   // Drafts to verify in the next step (0 = a plain step), before budget and context limits.
   int drafts(int block_size) const;
@@ -46,20 +70,17 @@ class SpecPolicy {
   int widest(int block_size) const;
   static std::vector<int> candidates(int widest_n);  // n, n/2, n/4 (distinct, positive)
   double best_cost_per_token(int widest) const;  // over the measured widths
+  bool measured(int widest) const;  // every width has its samples
 
   SpecOptions opt_;
-  double plain_cost_ = 0;  // moving average of seconds per committed token of plain steps
-  int plain_samples_ = 0, off_tokens_left_ = 0;
-  int plain_runs_ = 0;  // plain steps seen, warm-up runs included (spec/warmup.h)
+  std::unique_ptr<SpecCosts> own_;
+  SpecCosts* c_;
+  // The request's own state.
+  int off_tokens_left_ = 0;
   int backoff_ = 1;  // multiplier of reprobe_tokens after consecutive failed probes
   int widest_seen_ = 0;  // the widest width verified since the last probe began
+  int probe_steps_ = 0;  // speculative steps since the last probe began
   bool probe_paid_ = false;
-  // Per width n (drafts per step): moving average of the step's seconds, samples, last step.
-  std::array<double, kMaxDrafts + 1> step_cost_{};
-  std::array<int, kMaxDrafts + 1> step_samples_{};
-  std::array<int, kMaxDrafts + 1> runs_{};  // steps seen per width, warm-up runs included
-  std::array<long, kMaxDrafts + 1> last_step_{};
-  long spec_steps_ = 0;
   // Per draft position k (1-based): steps that judged the k-th draft, and accepted it.
   std::array<double, kMaxDrafts + 1> judged_{}, accepted_{};
 };

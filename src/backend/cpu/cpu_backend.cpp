@@ -28,6 +28,11 @@ void CpuBackend::copy_2d(void* dst, size_t dst_pitch, const void* src, size_t sr
                 row_bytes);
 }
 
+void CpuBackend::copy_2d_indexed(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                                 int rows, const int32_t* index, size_t index_bytes) {
+  copy_2d(dst, dst_pitch, static_cast<const char*>(src) + size_t(*index) * index_bytes, src_pitch, row_bytes, rows);
+}
+
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
 
 }  // namespace df

@@ -106,6 +106,14 @@ void CudaBackend::copy_2d(void* dst, size_t dst_pitch, const void* src, size_t s
         "copy_2d");
 }
 
+void CudaBackend::copy_2d_indexed(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                                  int rows, const int32_t* index, size_t index_bytes) {
+  if (rows <= 0 || row_bytes == 0) return;
+  enter();
+  cuda::copy_2d_indexed(dst, dst_pitch, src, src_pitch, row_bytes, rows, index, index_bytes, as_stream(stream_));
+  check(cudaGetLastError(), "copy_2d_indexed");
+}
+
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return;
   enter();

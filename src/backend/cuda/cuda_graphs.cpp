@@ -48,7 +48,7 @@ int padded_blocks(int n) {
 enum class CudaGraphBackend::Op : uint8_t {
   kUpload, kTable, kCopy, kCopy2d, kMatmul, kEmbed, kRmsNorm, kAdd, kSwiglu, kMulSigmoid, kRope, kKvStore,
   kAttention, kConv1d, kL2Norm, kGdnGates, kDeltaRule, kGatedRmsNorm, kArgmax, kMatmulShared,
-  kAddRmsNorm, kQkNormRope, kGdnConvNormGates, kTopK,
+  kAddRmsNorm, kQkNormRope, kGdnConvNormGates, kTopK, kCopy2dIndexed,
 };
 
 // Arguments go on the tape field by field: the bytes must be a function of the values alone
@@ -253,6 +253,7 @@ void CudaGraphBackend::run_tape(const std::vector<unsigned char>& tape) {
       case Op::kTable: replay(r, &CudaGraphBackend::table_staged); break;
       case Op::kCopy: replay(r, &CudaBackend::copy); break;
       case Op::kCopy2d: replay(r, &CudaBackend::copy_2d); break;
+      case Op::kCopy2dIndexed: replay(r, &CudaBackend::copy_2d_indexed); break;
       case Op::kMatmul: replay(r, &CudaBackend::matmul); break;
       case Op::kEmbed: replay(r, &CudaBackend::embed); break;
       case Op::kRmsNorm: replay(r, &CudaBackend::rms_norm); break;
@@ -392,6 +393,13 @@ void CudaGraphBackend::copy_2d(void* dst, size_t dst_pitch, const void* src, siz
                                int rows) {
   if (!recording()) return CudaBackend::copy_2d(dst, dst_pitch, src, src_pitch, row_bytes, rows);
   record(Op::kCopy2d, &CudaBackend::copy_2d, dst, dst_pitch, src, src_pitch, row_bytes, rows);
+}
+
+void CudaGraphBackend::copy_2d_indexed(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                                       size_t row_bytes, int rows, const int32_t* index, size_t index_bytes) {
+  if (!recording()) return CudaBackend::copy_2d_indexed(dst, dst_pitch, src, src_pitch, row_bytes, rows, index, index_bytes);
+  record(Op::kCopy2dIndexed, &CudaBackend::copy_2d_indexed, dst, dst_pitch, src, src_pitch, row_bytes, rows, index,
+         index_bytes);
 }
 
 void CudaGraphBackend::synchronize() {

@@ -133,6 +133,11 @@ void gdn_delta_rule_chunked(const GdnShape& shape, const float* qkv, size_t qkv_
 // argmax.cu -- out[r] (device) = argmax of the first n values of row r (x + r * stride) (ties: lowest index; NaN never wins; 0 if all NaN).
 void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out, cudaStream_t s);
 
+// copy_indexed.cu -- Backend::copy_2d_indexed: rows from src + (*index) * index_bytes, the index
+// (device memory) read when the kernel runs.
+void copy_2d_indexed(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, int rows,
+                     const int32_t* index, size_t index_bytes, cudaStream_t s);
+
 // bandwidth_probe.cu: reads `bytes` (a multiple of 16) at data once: the benches' read-only
 // roofline (a decode step only reads its weights; a copy also writes). *sink is never written
 // for real data; it keeps the loads from being optimised away.
