@@ -2289,5 +2289,44 @@ TEST(CudaTopK, ForwardTopKOnlyMatchesTheLogits) {
   }
 }
 
+// copy_2d_indexed: the source row picked by an index in backend memory, against a host copy;
+// 16-, 4- and 1-byte aligned cases (the kernel's three word sizes), the index changed between
+// calls without changing the call (as a replayed commit step does), bytes outside the rows kept.
+TEST_F(CudaOps, Copy2dIndexed) {
+  Rng rng(29);
+  struct Case {
+    size_t dst_pitch, src_pitch, row_bytes, index_bytes;
+    int rows, n_index;
+  };
+  const std::vector<Case> cases = {{4096, 8192, 4096, 256, 5, 17},  // 16-byte words (the commit's state copy)
+                                   {1024, 2048, 1000, 40, 3, 9},    // 4-byte words
+                                   {99, 300, 97, 13, 4, 5},         // bytes
+                                   {1 << 20, 1 << 21, 1 << 20, 1 << 16, 2, 3}};
+  for (const Case& c : cases) {
+    const size_t src_bytes = c.src_pitch * size_t(c.rows - 1) + c.row_bytes + c.index_bytes * size_t(c.n_index);
+    const size_t dst_bytes = c.dst_pitch * size_t(c.rows);
+    std::vector<uint8_t> src(src_bytes), dst0(dst_bytes);
+    for (auto& b : src) b = uint8_t(rng.integer(0, 255));
+    for (auto& b : dst0) b = uint8_t(rng.integer(0, 255));
+    Twin<uint8_t> sd(be(), src), dd(be(), dst0);
+    Twin<int32_t> idx(be(), std::vector<int32_t>{0});
+    for (int k : {c.n_index - 1, 0, c.n_index / 2}) {
+      const int32_t host_k = k;
+      both([&](Backend& b, int s) {
+        b.upload(idx[s], &host_k, sizeof(host_k));
+        b.copy_2d_indexed(dd[s], c.dst_pitch, sd[s], c.src_pitch, c.row_bytes, c.rows, idx[s], c.index_bytes);
+      });
+      std::vector<uint8_t> ref = dst0;
+      for (int r = 0; r < c.rows; ++r)
+        std::memcpy(ref.data() + size_t(r) * c.dst_pitch, src.data() + size_t(k) * c.index_bytes + size_t(r) * c.src_pitch,
+                    c.row_bytes);
+      const auto want = dd.get(0), got = dd.get(1);
+      EXPECT_EQ(want, ref) << "CPU copy_2d_indexed, index " << k << ", row " << c.row_bytes;
+      EXPECT_EQ(got, ref) << "CUDA copy_2d_indexed, index " << k << ", row " << c.row_bytes << " x " << c.rows;
+      dst0 = ref;  // the next index overwrites the same rows
+    }
+  }
+}
+
 }  // namespace
 }  // namespace df
