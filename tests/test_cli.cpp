@@ -225,5 +225,38 @@ TEST_F(Cli, BadInputGivesClearErrors) {
   }
 }
 
+// run --prompt-file: every prompt of the file in one process gives the text and the stats that
+// a run of its own gives (greedy), one stats line each; a prompt may hold a newline (JSON
+// string lines). Bad files are clear errors naming the line.
+TEST_F(Cli, RunPromptFileEqualsSeparateRuns) {
+  const std::string file = dir_->file("prompts.jsonl");
+  std::ofstream(file) << "\"abc def\"\n\n\"two\\nlines\"\n";
+  const std::string both = run_command(kBin + " run -m " + model_ + " --prompt-file " + file + " -n 12 --temp 0 2>/dev/null");
+  const std::string first = run_command(kBin + " run -m " + model_ + " -p 'abc def' -n 12 --temp 0 2>/dev/null");
+  const std::string second = run_command(kBin + " run -m " + model_ + " -p \"$(printf 'two\\nlines')\" -n 12 --temp 0 2>/dev/null");
+  EXPECT_EQ(both, first + second);
+  const std::string stats =
+      run_command(kBin + " run -m " + model_ + " --prompt-file " + file + " -n 12 --temp 0 --stats-json 2>&1 >/dev/null");
+  int lines = 0;
+  for (size_t at = stats.find("{\""); at != std::string::npos; at = stats.find("{\"", at + 1)) {
+    const auto j = nlohmann::json::parse(stats.substr(at, stats.find('\n', at) - at));
+    EXPECT_GE(j.at("generated_tokens").get<int>(), 1);
+    ++lines;
+  }
+  EXPECT_EQ(lines, 2) << stats;
+  {
+    auto [out, rc] = run_failing(kBin + " run -m " + model_ + " --prompt-file " + file + " -p hi");
+    EXPECT_EQ(WEXITSTATUS(rc), 1) << out;
+    EXPECT_NE(out.find("either"), std::string::npos) << out;
+  }
+  {
+    const std::string bad = dir_->file("bad.jsonl");
+    std::ofstream(bad) << "\"fine\"\nnot json\n";
+    auto [out, rc] = run_failing(kBin + " run -m " + model_ + " --prompt-file " + bad);
+    EXPECT_EQ(WEXITSTATUS(rc), 1) << out;
+    EXPECT_NE(out.find("line 2"), std::string::npos) << out;
+  }
+}
+
 }  // namespace
 }  // namespace df

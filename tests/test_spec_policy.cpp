@@ -171,5 +171,32 @@ TEST(SpecPolicy, SharedCostsAreMeasuredOnce) {
   EXPECT_EQ(alone.drafts(16), 0);
 }
 
+// With shared costs a new request's probe may start at a narrow width (the cheapest per token
+// under the prior); it must still be judged over every width and turned off when speculation
+// does not pay, not left speculating because the narrow width's own narrower halves were never
+// measured.
+TEST(SpecPolicy, NarrowProbeOfANewRequestIsJudged) {
+  SpecCosts costs;
+  Sim sim;
+  sim.plain = 1.0, sim.fixed = 10.0, sim.per_draft = 0.5, sim.r = 0.5;  // a CPU: verify costs ~16 plain steps
+  {
+    SpecPolicy first(SpecOptions{true, 64, 0}, costs);
+    sim.run(first, 16, 200, 0);
+  }
+  SpecPolicy second(SpecOptions{true, 64, 0}, costs);
+  const std::vector<int> chosen = sim.run(second, 16, 128, 128);
+  EXPECT_GE(chosen[0], 118) << "a request where speculation never pays kept speculating";
+}
+
+// Where no width could pay even if every draft were accepted (a step of n drafts costs at least
+// n + 1 plain steps), the policy stops speculating once the widths are measured.
+TEST(SpecPolicy, HopelessWidthsAreNotProbed) {
+  SpecPolicy p(SpecOptions{true, 8, 0});
+  Sim sim;
+  sim.plain = 1.0, sim.fixed = 1.5, sim.per_draft = 1.0, sim.r = 1.0;  // n drafts: n + 1.5 plain steps
+  const std::vector<int> chosen = sim.run(p, 16, 200, 150);
+  EXPECT_EQ(chosen[0], 150) << "speculated where no acceptance could pay";
+}
+
 }  // namespace
 }  // namespace df

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 
 #include "cli/commands.h"
@@ -18,7 +19,7 @@ namespace df::cli {
 namespace {
 
 struct RunArgs {
-  std::string model, prompt, system;
+  std::string model, prompt, prompt_file, system;
   int n_predict = 128;
   LoadOptions load;
   int ctx = 4096;
@@ -30,40 +31,37 @@ struct RunArgs {
   DraftArgs draft;
 };
 
-void run(const RunArgs& a) {
-  LoadOptions lo = a.load;
-  lo.max_batch_rows = a.batch;
-  LoadedModel m = load_model(a.model.empty() ? default_model_path() : a.model, lo);
-  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
-  if (a.no_think) kwargs["enable_thinking"] = false;
-  const std::string text = a.chat ? chat_prompt(*m.tokenizer, a.system, a.prompt, kwargs) : a.prompt;
+// --prompt-file: one prompt per line, each a JSON string (so prompts may hold newlines).
+std::vector<std::string> read_prompt_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("cannot read the prompt file '{}'", path);
+  std::vector<std::string> prompts;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      fail("{} line {}: not JSON ({})", path, n, e.what());
+    }
+    if (!j.is_string()) fail("{} line {}: expected a JSON string (the prompt)", path, n);
+    prompts.push_back(j.get<std::string>());
+  }
+  if (prompts.empty()) fail("the prompt file '{}' holds no prompts", path);
+  return prompts;
+}
+
+// One prompt: tokenized (as a chat turn with --chat), its continuation streamed to stdout, the
+// stats to stderr.
+void generate_one(const RunArgs& a, const LoadedModel& m, SpecDecoder* spec, Generator* gen, GenerateOptions& opt,
+                  const nlohmann::ordered_json& kwargs, const std::string& user_prompt) {
+  const std::string text = a.chat ? chat_prompt(*m.tokenizer, a.system, user_prompt, kwargs) : user_prompt;
   const std::vector<int32_t> prompt = m.tokenizer->encode(text, true);
   if (prompt.empty()) fail("the prompt is empty after tokenization");
   if (int(prompt.size()) + 1 > a.ctx)
     fail("prompt has {} tokens but the context is {} (raise --ctx)", prompt.size(), a.ctx);
-  GenerateOptions opt;
   opt.max_new_tokens = std::min(a.n_predict, a.ctx - int(prompt.size()));
-  opt.prefill_chunk = a.batch;
-  opt.sampling = a.sp;
-  opt.sampling.seed = a.seed >= 0 ? uint64_t(a.seed) : std::random_device{}();
-  for (const std::string& b : a.logit_bias) {
-    const size_t eq = b.find('=');
-    const std::vector<int32_t> id = eq == std::string::npos ? std::vector<int32_t>{} : parse_token_list(b.substr(0, eq));
-    char* end = nullptr;
-    const float bias = eq == std::string::npos ? 0 : std::strtof(b.c_str() + eq + 1, &end);
-    if (id.size() != 1 || end == nullptr || *end != '\0' || id[0] >= m.model->hparams().n_vocab)
-      fail("--logit-bias '{}': expected TOKEN_ID=BIAS with a token id inside the vocabulary", b);
-    opt.sampling.logit_bias[id[0]] = bias;
-  }
-  LoadedDraft draft;
-  std::unique_ptr<SpecDecoder> spec;
-  std::unique_ptr<Generator> gen;
-  if (!a.draft.path.empty()) {
-    draft = load_draft(a.draft, *m.model, a.ctx);
-    spec = std::make_unique<SpecDecoder>(*m.model, *draft.source, m.tokenizer.get(), a.ctx, a.draft.spec_options());
-  } else {
-    gen = std::make_unique<Generator>(*m.model, m.tokenizer.get(), a.ctx);
-  }
   StreamDecoder dec(*m.tokenizer);
   if (!a.chat) {
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -104,13 +102,53 @@ void run(const RunArgs& a) {
   }
 }
 
+void run(const RunArgs& a) {
+  if (a.prompt.empty() == a.prompt_file.empty()) fail("give either -p/--prompt or --prompt-file");
+  const std::vector<std::string> prompts = a.prompt_file.empty() ? std::vector<std::string>{a.prompt}
+                                                                 : read_prompt_file(a.prompt_file);
+  LoadOptions lo = a.load;
+  lo.max_batch_rows = a.batch;
+  LoadedModel m = load_model(a.model.empty() ? default_model_path() : a.model, lo);
+  GenerateOptions opt;
+  opt.prefill_chunk = a.batch;
+  opt.sampling = a.sp;
+  opt.sampling.seed = a.seed >= 0 ? uint64_t(a.seed) : std::random_device{}();
+  for (const std::string& b : a.logit_bias) {
+    const size_t eq = b.find('=');
+    const std::vector<int32_t> id = eq == std::string::npos ? std::vector<int32_t>{} : parse_token_list(b.substr(0, eq));
+    char* end = nullptr;
+    const float bias = eq == std::string::npos ? 0 : std::strtof(b.c_str() + eq + 1, &end);
+    if (id.size() != 1 || end == nullptr || *end != '\0' || id[0] >= m.model->hparams().n_vocab)
+      fail("--logit-bias '{}': expected TOKEN_ID=BIAS with a token id inside the vocabulary", b);
+    opt.sampling.logit_bias[id[0]] = bias;
+  }
+  LoadedDraft draft;
+  std::unique_ptr<SpecDecoder> spec;
+  std::unique_ptr<Generator> gen;
+  if (!a.draft.path.empty()) {
+    draft = load_draft(a.draft, *m.model, a.ctx);
+    spec = std::make_unique<SpecDecoder>(*m.model, *draft.source, m.tokenizer.get(), a.ctx, a.draft.spec_options());
+  } else {
+    gen = std::make_unique<Generator>(*m.model, m.tokenizer.get(), a.ctx);
+  }
+  // One model and decoder for every prompt: CUDA graphs and the speculation policy's measured
+  // step costs carry over from one prompt to the next, as in a server.
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+  if (a.no_think) kwargs["enable_thinking"] = false;
+  for (const std::string& p : prompts) generate_one(a, m, spec.get(), gen.get(), opt, kwargs, p);
+}
+
 }  // namespace
 
 void register_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   CLI::App* c = app.add_subcommand("run", "Generate text from a prompt (streams to stdout)");
   c->add_option("-m,--model", a->model, "Model file (GGUF; default: the bundled demo model)")->check(CLI::ExistingFile);
-  c->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+  c->add_option("-p,--prompt", a->prompt, "Prompt text");
+  c->add_option("--prompt-file", a->prompt_file,
+                "Generate for each prompt of FILE in turn, one model load for all (one prompt per line, each a "
+                "JSON string; with --stats-json one stats line each)")
+      ->check(CLI::ExistingFile);
   c->add_option("-n,--n-predict", a->n_predict, "Maximum tokens to generate")->capture_default_str();
   c->add_option("--temp", a->sp.temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
   c->add_option("--top-k", a->sp.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();

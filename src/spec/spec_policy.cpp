@@ -73,13 +73,19 @@ int SpecPolicy::drafts(int block_size) const {
   const std::vector<int> cand = candidates(n);
   for (int c : cand)
     if (c_->step_samples[size_t(c)] < (c == n ? kMinSpecSamples : kWidthProbes)) return c;
+  // Widths that could pay at all: a step of c drafts commits at most c + 1 tokens. Where none
+  // can (a CPU, whose verify of B rows costs about B plain steps), speculation stays off.
+  std::vector<int> hopeful;
+  for (int c : cand)
+    if (c_->step_cost[size_t(c)] < c_->plain_cost * (c + 1)) hopeful.push_back(c);
+  if (hopeful.empty()) return 0;
   // Now and then re-measure the width measured longest ago (costs grow with the context).
   if (c_->spec_steps % kRefreshEvery == kRefreshEvery - 1)
-    return *std::min_element(cand.begin(), cand.end(),
+    return *std::min_element(hopeful.begin(), hopeful.end(),
                              [&](int a, int b) { return c_->last_step[size_t(a)] < c_->last_step[size_t(b)]; });
-  int best = n;
+  int best = hopeful.front();
   double best_cost = std::numeric_limits<double>::infinity();
-  for (int c : cand) {
+  for (int c : hopeful) {
     const double cost = c_->step_cost[size_t(c)] / expected_tokens(c);
     if (cost < best_cost) best = c, best_cost = cost;
   }
@@ -113,8 +119,16 @@ void SpecPolicy::record(double seconds, int committed, int drafted) {
   }
   if (!opt_.adaptive) return;
   // Judge only once every width has its samples, and a probe has had its steps.
-  if (!measured(widest_seen_) || probe_steps_ < kProbeSteps) return;
-  if (best_cost_per_token(widest_seen_) > c_->plain_cost) {
+  // The widths judged: those of the widest one this request or, with shared costs, an earlier
+  // one verified (a probe that starts at a narrow width still weighs every width).
+  int widest_n = widest_seen_;
+  for (int w = kMaxDrafts; w > widest_n; --w)
+    if (c_->step_samples[size_t(w)] > 0) {
+      widest_n = w;
+      break;
+    }
+  if (!measured(widest_n) || probe_steps_ < kProbeSteps) return;
+  if (best_cost_per_token(widest_n) > c_->plain_cost) {
     off_tokens_left_ = opt_.reprobe_tokens * backoff_;
     backoff_ = std::min(backoff_ * 2, kMaxBackoff);
     probe_paid_ = false;
