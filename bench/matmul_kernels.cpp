@@ -173,6 +173,22 @@ int main(int argc, char** argv) {
            df::cuda::kImmaGemmMinRows + 1, max_rows,
            [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
            [&](const Weight& w, int rows) { df::cuda::imma_gemm_quantized(w, y, rows, scratch, s); }},
+          // The same GEMM in each of its block shapes (the default picks one of the first two).
+          {"imma GEMM 128x64, 4 warps", t == GgmlType::Q4_K && df::cuda::imma_supports(w0), 128, max_rows,
+           [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
+           [&](const Weight& w, int rows) {
+             df::cuda::imma_gemm_quantized(w, y, rows, scratch, s, df::cuda::ImmaGemmShape::k128x64Warps4);
+           }},
+          {"imma GEMM 128x128, 8 warps", t == GgmlType::Q4_K && df::cuda::imma_supports(w0), 128, max_rows,
+           [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
+           [&](const Weight& w, int rows) {
+             df::cuda::imma_gemm_quantized(w, y, rows, scratch, s, df::cuda::ImmaGemmShape::k128x128Warps8);
+           }},
+          {"imma GEMM 128x128, 16 warps", t == GgmlType::Q4_K && df::cuda::imma_supports(w0), 128, max_rows,
+           [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
+           [&](const Weight& w, int rows) {
+             df::cuda::imma_gemm_quantized(w, y, rows, scratch, s, df::cuda::ImmaGemmShape::k128x128Warps16);
+           }},
           {"mma (f16 tensor cores)", df::cuda::mma_supports(w0), 1, max_rows, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
           {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, kMvMaxRows, nullptr,

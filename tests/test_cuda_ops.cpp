@@ -2328,5 +2328,46 @@ TEST_F(CudaOps, Copy2dIndexed) {
   }
 }
 
+// The Q4_K prefill GEMM's block shapes (cuda::ImmaGemmShape: 128x64 with 4 warps, 128x128 with
+// 8, 128x128 with 16) give the same bits for every output: row and output tails, one and two
+// super-blocks per slot (n_in 8448: 33 super-blocks).
+TEST_F(CudaOps, ImmaGemmShapesGiveTheSameBits) {
+  struct Case {
+    int64_t n_in, n_out;
+    int rows;
+  };
+  uint64_t seed = 4242;
+  for (const Case c : {Case{512, 300, 100}, Case{1024, 129, 257}, Case{8448, 37, 70}, Case{2304, 256, 512}}) {
+    const HostWeight hw = make_weight(GgmlType::Q4_K, c.n_in, c.n_out, seed++);
+    const std::vector<float> x = make_activations(c.rows, c.n_in, seed++);
+    const Weight w{GgmlType::Q4_K, c.n_in, c.n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
+    void* xd = gpu().alloc(x.size() * sizeof(float));
+    gpu().upload(xd, x.data(), x.size() * sizeof(float));
+    void* scratch = gpu().alloc(cuda::imma_scratch_bytes(w, c.rows));
+    const size_t y_bytes = size_t(c.rows) * size_t(c.n_out) * sizeof(float);
+    std::vector<std::vector<float>> ys;
+    gpu().synchronize();
+    cuda::imma_quantize(static_cast<const float*>(xd), c.n_in, c.rows, scratch, nullptr);
+    for (cuda::ImmaGemmShape shape : {cuda::ImmaGemmShape::kAuto, cuda::ImmaGemmShape::k128x64Warps4,
+                                      cuda::ImmaGemmShape::k128x128Warps8, cuda::ImmaGemmShape::k128x128Warps16}) {
+      void* yd = gpu().alloc(y_bytes);
+      const std::vector<float> poison(y_bytes / sizeof(float), kPoison);
+      gpu().upload(yd, poison.data(), y_bytes);
+      gpu().synchronize();
+      cuda::imma_gemm_quantized(w, static_cast<float*>(yd), c.rows, scratch, nullptr, shape);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "shape " << int(shape);
+      ys.emplace_back(y_bytes / sizeof(float));
+      gpu().download(ys.back().data(), yd, y_bytes);
+      gpu().release(yd);
+    }
+    for (size_t k = 1; k < ys.size(); ++k)
+      EXPECT_EQ(0, std::memcmp(ys[0].data(), ys[k].data(), y_bytes))
+          << "shape " << k << " differs from the default, " << c.n_in << "x" << c.n_out << " rows " << c.rows;
+    EXPECT_TRUE(std::none_of(ys[0].begin(), ys[0].end(), [](float v) { return std::isnan(v); })) << "unwritten outputs";
+    gpu().release(scratch);
+    gpu().release(xd);
+  }
+}
+
 }  // namespace
 }  // namespace df

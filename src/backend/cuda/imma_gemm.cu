@@ -87,7 +87,7 @@ __device__ __forceinline__ void imma_16816_us(int (&d)[4], uint32_t a0, uint32_t
 // (n_in > 32 * 256); the slot sums then stay in registers and the running totals move to
 // shared memory (touched once per slot), so both variants hold two values per output.
 template <int MT, int NT, int WM, int WN, bool kMulti>
-__global__ void __launch_bounds__(WM* WN* kWarp, 8 / (WM * WN))
+__global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN))
     imma_gemm_kernel(const Segments segs, int n_sb, int per_slot, const int8_t* __restrict__ xq,
                      const float* __restrict__ xd, const uint2* __restrict__ xm, int n_in, int rows_pad, int rows) {
   constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN, kThreads = WM * WN * kWarp;
@@ -325,17 +325,33 @@ void gemm_launch(const Segments& segs, int n_sb, const Slots& slots, const int8_
 // per multiply-add. A grid of those that fills fewer than 3 waves loses up to a third of its
 // time to the last partial wave; then 128 x 64 blocks of four warps, two per SM, halve that
 // loss for a third more L2 traffic per multiply-add.
-void imma_gemm(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
-               int rows_pad, cudaStream_t s) {
+// The third shape, 128 x 128 with sixteen warps of 32 x 32 (each B fragment serves 2 m-tiles;
+// 126 registers, so the 16 warps fill one SM's registers), is there for the bench: Nsight
+// Compute found the two above latency-bound at 8 warps an SM (session 7), and this one has
+// twice the warps to hide it, for a third more shared-memory reads per mma. Not yet measured.
+void imma_gemm_shaped(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm,
+                      int rows, int rows_pad, cudaStream_t s, ImmaGemmShape shape) {
   const int n_sb = int(n_in / kSb);
   const Slots slots = slots_of(n_sb);
-  int64_t m_tiles = 0;
-  for (int k = 0; k < segs.n; ++k) m_tiles += (segs.n_out[k] + 127) / 128;
-  const int64_t big_tiles = m_tiles * ((rows + 127) / 128);
-  if (big_tiles >= 3 * int64_t(sm_count()))
-    gemm_launch<4, 4, 2, 4>(segs, n_sb, slots, xq, xd, xm, int(n_in), rows, rows_pad, s);
-  else
-    gemm_launch<4, 4, 2, 2>(segs, n_sb, slots, xq, xd, xm, int(n_in), rows, rows_pad, s);
+  if (shape == ImmaGemmShape::kAuto) {
+    int64_t m_tiles = 0;
+    for (int k = 0; k < segs.n; ++k) m_tiles += (segs.n_out[k] + 127) / 128;
+    const int64_t big_tiles = m_tiles * ((rows + 127) / 128);
+    shape = big_tiles >= 3 * int64_t(sm_count()) ? ImmaGemmShape::k128x128Warps8 : ImmaGemmShape::k128x64Warps4;
+  }
+  switch (shape) {
+    case ImmaGemmShape::k128x128Warps16:
+      return gemm_launch<2, 4, 4, 4>(segs, n_sb, slots, xq, xd, xm, int(n_in), rows, rows_pad, s);
+    case ImmaGemmShape::k128x128Warps8:
+      return gemm_launch<4, 4, 2, 4>(segs, n_sb, slots, xq, xd, xm, int(n_in), rows, rows_pad, s);
+    default:
+      return gemm_launch<4, 4, 2, 2>(segs, n_sb, slots, xq, xd, xm, int(n_in), rows, rows_pad, s);
+  }
+}
+
+void imma_gemm(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
+               int rows_pad, cudaStream_t s) {
+  imma_gemm_shaped(segs, n_in, xq, xd, xm, rows, rows_pad, s, ImmaGemmShape::kAuto);
 }
 
 void imma_quantize(const float* x, int64_t n_in, int rows, void* scratch, cudaStream_t s) {
@@ -347,15 +363,15 @@ void imma_quantize(const float* x, int64_t n_in, int rows, void* scratch, cudaSt
       reinterpret_cast<uint2*>(base + l.m));
 }
 
-void imma_gemm_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s) {
+void imma_gemm_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s, ImmaGemmShape shape) {
   const int rows_pad = (rows + 7) / 8 * 8;
   const Q8kLayout l = q8k_layout(w.n_in, rows_pad);
   const auto* base = static_cast<const uint8_t*>(scratch);
   const Weight* ws[1] = {&w};
   float* ys[1] = {y};
   for_each_launch(ws, ys, 1, [&](const Segments& segs) {
-    imma_gemm(segs, w.n_in, reinterpret_cast<const int8_t*>(base + l.q), reinterpret_cast<const float*>(base + l.d),
-              reinterpret_cast<const uint2*>(base + l.m), rows, rows_pad, s);
+    imma_gemm_shaped(segs, w.n_in, reinterpret_cast<const int8_t*>(base + l.q), reinterpret_cast<const float*>(base + l.d),
+                     reinterpret_cast<const uint2*>(base + l.m), rows, rows_pad, s, shape);
   });
 }
 

@@ -45,7 +45,11 @@ constexpr int kImmaGemmMinRows = 32;
 // bench/matmul_kernels can time the GEMM alone: imma_quantize writes x's Q8_K form into scratch
 // (imma_scratch_bytes), imma_gemm_quantized multiplies w by it.
 void imma_quantize(const float* x, int64_t n_in, int rows, void* scratch, cudaStream_t s);
-void imma_gemm_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s);
+// shape: the block shape (kAuto: the one imma_matmul_group picks; the others so the bench can
+// compare them on the device: output tile x warps, each output's bits the same in every shape).
+enum class ImmaGemmShape { kAuto, k128x64Warps4, k128x128Warps8, k128x128Warps16 };
+void imma_gemm_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s,
+                         ImmaGemmShape shape = ImmaGemmShape::kAuto);
 
 // matmul.cu -- y = x W^T for every supported weight type; false if the type has no kernel.
 bool matmul(const Weight& w, const float* x, int rows, float* y, cudaStream_t s);
