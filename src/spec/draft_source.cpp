@@ -26,15 +26,38 @@ void DraftSource::propose_greedy(int32_t anchor, int n, int limit, std::vector<i
 DFlashSource::DFlashSource(DraftModel& draft, TargetModel& target, int ctx)
     : draft_(draft), target_(target), state_(draft.make_state(1, ctx)) {
   seq_ = state_->create();
+  backlog_ = static_cast<float*>(
+      target_.backend().alloc(size_t(draft_.block_size()) * size_t(target_.feature_width()) * sizeof(float)));
 }
+
+DFlashSource::~DFlashSource() { target_.backend().release(backlog_); }
 
 void DFlashSource::on_target_rows(int kept) { on_target_rows_from(0, kept); }
 
 void DFlashSource::on_target_rows_from(int first_row, int kept) {
-  draft_.ingest(*state_, seq_, target_.features() + size_t(first_row) * size_t(target_.feature_width()), kept);
+  const size_t W = size_t(target_.feature_width());
+  const float* rows = target_.features() + size_t(first_row) * W;
+  const int B = draft_.block_size();
+  if (pending_ + kept > B) flush();
+  if (kept > B) {  // a prompt chunk: at once
+    draft_.ingest(*state_, seq_, rows, kept);
+    return;
+  }
+  target_.backend().copy_2d(backlog_ + size_t(pending_) * W, W * sizeof(float), rows, W * sizeof(float),
+                            W * sizeof(float), kept);
+  pending_ += kept;
+  if (pending_ == B) flush();
+}
+
+void DFlashSource::flush() {
+  if (pending_ == 0) return;
+  // Always a block's rows computed, so a flush is one CUDA graph whatever the count.
+  draft_.ingest_padded(*state_, seq_, backlog_, pending_, draft_.block_size());
+  pending_ = 0;
 }
 
 void DFlashSource::on_verified_rows(int first_row, int kept) {
+  flush();
   // The rows after the block must exist in the feature buffer (one row per batch row).
   const int compute = std::max(kept, std::min(draft_.block_size(), target_.options().max_batch_rows - first_row));
   draft_.ingest_padded(*state_, seq_, target_.features() + size_t(first_row) * size_t(target_.feature_width()), kept,
@@ -43,16 +66,21 @@ void DFlashSource::on_verified_rows(int first_row, int kept) {
 
 void DFlashSource::propose(int32_t anchor, int n, std::vector<float>& logits) {
   if (n > draft_.block_size() - 1) fail("asked for {} drafts from a block of {}", n, draft_.block_size());
+  flush();
   draft_.draft(*state_, seq_, anchor, logits);  // B - 1 rows; the caller wants the first n
   logits.resize(size_t(n) * size_t(target_.hparams().n_vocab));
 }
 
 void DFlashSource::propose_greedy(int32_t anchor, int n, int limit, std::vector<int32_t>& ids) {
   if (n > draft_.block_size() - 1) fail("asked for {} drafts from a block of {}", n, draft_.block_size());
+  flush();
   draft_.draft_greedy(*state_, seq_, anchor, limit, ids);  // B - 1 ids; the caller wants the first n
   ids.resize(size_t(n));
 }
 
-void DFlashSource::reset() { state_->reset(seq_); }
+void DFlashSource::reset() {
+  state_->reset(seq_);
+  pending_ = 0;
+}
 
 }  // namespace df

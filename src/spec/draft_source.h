@@ -36,9 +36,17 @@ class DraftSource {
 };
 
 // DFlash: one drafter forward proposes the whole block from the fused target features.
+// The rows of plain steps are not ingested one by one: their features are copied to a backlog
+// of up to a block's rows, ingested in one padded step when it is full or before the drafter is
+// next used (a draft, a verify block's rows, a prompt chunk). So while the policy has turned
+// speculation off, a plain step costs one copy instead of the drafter's context update, and the
+// drafter's K/V are the same (its ingest is row by row independent of how rows are grouped).
 class DFlashSource final : public DraftSource {
  public:
   DFlashSource(DraftModel& draft, TargetModel& target, int ctx);
+  ~DFlashSource() override;
+  DFlashSource(const DFlashSource&) = delete;
+  DFlashSource& operator=(const DFlashSource&) = delete;
   int block_size() const override { return draft_.block_size(); }
   void on_target_rows(int kept) override;
   void on_target_rows_from(int first_row, int kept) override;
@@ -48,10 +56,14 @@ class DFlashSource final : public DraftSource {
   void reset() override;
 
  private:
+  void flush();  // ingests the backlog
+
   DraftModel& draft_;
   TargetModel& target_;
   std::unique_ptr<SequenceStore> state_;
   int seq_ = -1;
+  float* backlog_ = nullptr;  // backend memory: block_size() rows of target features
+  int pending_ = 0;           // rows in the backlog
 };
 
 }  // namespace df
