@@ -58,50 +58,51 @@ float median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
-double copy_gb_s() {
-  const size_t bytes = size_t(1) << 30;
-  void *a = nullptr, *b = nullptr;
-  check(cudaMalloc(&a, bytes), "cudaMalloc");
-  check(cudaMalloc(&b, bytes), "cudaMalloc");
-  check(cudaMemset(a, 1, bytes), "cudaMemset");
+// Milliseconds of `reps` calls of run(i) back to back on the default stream, after one untimed.
+template <class F>
+float stream_ms(int reps, F run) {
   cudaEvent_t t0, t1;
   cudaEventCreate(&t0);
   cudaEventCreate(&t1);
-  check(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice), "copy");
+  run(-1);
   cudaEventRecord(t0);
-  const int reps = 10;
-  for (int i = 0; i < reps; ++i) cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice);
+  for (int i = 0; i < reps; ++i) run(i);
   cudaEventRecord(t1);
-  check(cudaEventSynchronize(t1), "copy");
+  check(cudaEventSynchronize(t1), "bandwidth probe");
   float ms = 0;
   cudaEventElapsedTime(&ms, t0, t1);
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  return ms;
+}
+
+constexpr size_t kProbeBytes = size_t(1) << 30;
+constexpr int kProbeReps = 10;
+
+double copy_gb_s() {
+  void *a = nullptr, *b = nullptr;
+  check(cudaMalloc(&a, kProbeBytes), "cudaMalloc");
+  check(cudaMalloc(&b, kProbeBytes), "cudaMalloc");
+  check(cudaMemset(a, 1, kProbeBytes), "cudaMemset");
+  const float ms = stream_ms(kProbeReps, [&](int i) {
+    cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, kProbeBytes, cudaMemcpyDeviceToDevice);
+  });
   cudaFree(a);
   cudaFree(b);
-  return 2.0 * double(bytes) * reps / (ms / 1e3) / 1e9;  // bytes read + written
+  return 2.0 * double(kProbeBytes) * kProbeReps / (ms / 1e3) / 1e9;  // bytes read + written
 }
 
 // The read-only rate over 1 GiB (the decode roofline: a decode step only reads its weights).
 double read_gb_s() {
-  const size_t bytes = size_t(1) << 30;
   void* a = nullptr;
   unsigned* sink = nullptr;
-  check(cudaMalloc(&a, bytes), "cudaMalloc");
+  check(cudaMalloc(&a, kProbeBytes), "cudaMalloc");
   check(cudaMalloc(reinterpret_cast<void**>(&sink), sizeof(unsigned)), "cudaMalloc");
-  check(cudaMemset(a, 1, bytes), "cudaMemset");
-  cudaEvent_t t0, t1;
-  cudaEventCreate(&t0);
-  cudaEventCreate(&t1);
-  df::cuda::read_probe(a, bytes, sink, nullptr);
-  cudaEventRecord(t0);
-  const int reps = 10;
-  for (int i = 0; i < reps; ++i) df::cuda::read_probe(a, bytes, sink, nullptr);
-  cudaEventRecord(t1);
-  check(cudaEventSynchronize(t1), "read probe");
-  float ms = 0;
-  cudaEventElapsedTime(&ms, t0, t1);
+  check(cudaMemset(a, 1, kProbeBytes), "cudaMemset");
+  const float ms = stream_ms(kProbeReps, [&](int) { df::cuda::read_probe(a, kProbeBytes, sink, nullptr); });
   cudaFree(a);
   cudaFree(sink);
-  return double(bytes) * reps / (ms / 1e3) / 1e9;
+  return double(kProbeBytes) * kProbeReps / (ms / 1e3) / 1e9;
 }
 
 }  // namespace
