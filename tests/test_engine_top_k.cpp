@@ -13,7 +13,9 @@
 #include "engine/engine.h"
 #include "engine/generator.h"
 #include "gguf/gguf.h"
+#include "model/draft_model.h"
 #include "model/target_model.h"
+#include "spec/draft_source.h"
 #include "tokenizer/tokenizer.h"
 
 namespace df {
@@ -49,12 +51,14 @@ std::vector<Req> requests() {
           {"# parse dates\n", 0.8f, 40, 0.95f, 0.05f, 2}};  // logprobs: full logits for its steps
 }
 
-std::vector<std::vector<int32_t>> run_engine(Demo& d, bool device_top_k, int parallel, const std::vector<Req>& rs) {
+std::vector<std::vector<int32_t>> run_engine(Demo& d, bool device_top_k, int parallel, const std::vector<Req>& rs,
+                                             std::vector<DraftSource*> drafts = {}) {
   EngineOptions eo;
   eo.ctx = 256;
   eo.parallel = parallel;
   eo.device_top_k = device_top_k;
-  Engine e(d.tm, d.tok, eo);
+  eo.spec.adaptive = false;  // with drafts: speculate on every step
+  Engine e(d.tm, d.tok, eo, drafts);
   std::vector<std::vector<int32_t>> out(rs.size());
   std::vector<std::promise<void>> done(rs.size());
   for (size_t i = 0; i < rs.size(); ++i) {
@@ -121,6 +125,33 @@ TEST(EngineTopK, GeneratorGivesTheSameTokens) {
     EXPECT_EQ(got[1], got[0]) << "top_k " << top_k;
     EXPECT_EQ(top_calls[0], 0);
     EXPECT_EQ(top_calls[1], 23);  // every decode step after the prefill
+  }
+}
+
+// With the demo drafter: verify blocks of sampled requests run on top candidates too (drafts
+// from the drafter's top candidates, spec/verify.h's sparse rules), batched with greedy and
+// logprob requests (whose steps fall back to full logits, the top-candidate drafts then
+// verified on them): every request's tokens equal those of the full-logits path.
+TEST(EngineTopK, SpeculativeSampledTokensAreThoseOfTheFullLogits) {
+  Demo d;
+  auto dfile = gguf::File::open(std::string(DELTAFLASH_SOURCE_DIR) + "/models/demo/qwen35-demo-drafter-q8_0.gguf");
+  DraftModel dm(*dfile, d.tm);
+  std::vector<std::unique_ptr<DFlashSource>> sources;
+  std::vector<DraftSource*> drafts;
+  for (int i = 0; i < 3; ++i) {
+    sources.push_back(std::make_unique<DFlashSource>(dm, d.tm, 256));
+    drafts.push_back(sources.back().get());
+  }
+  const std::vector<Req> rs = requests();
+  for (int parallel : {1, 3}) {
+    SCOPED_TRACE("parallel " + std::to_string(parallel));
+    const std::vector<DraftSource*> use(drafts.begin(), drafts.begin() + parallel);
+    d.be.reset();
+    const auto full = run_engine(d, false, parallel, rs, use);
+    d.be.reset();
+    const auto top = run_engine(d, true, parallel, rs, use);
+    EXPECT_GT(d.calls("top_k_rows"), 10);
+    for (size_t i = 0; i < rs.size(); ++i) EXPECT_EQ(top[i], full[i]) << "request " << i << ": " << rs[i].prompt;
   }
 }
 

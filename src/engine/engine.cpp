@@ -52,6 +52,7 @@ struct Engine::Active {
   // The block being verified: its drafts and their proposal distributions (sampling).
   std::vector<int32_t> drafts_buf;
   std::vector<std::vector<float>> qs;
+  std::vector<spec::SparseDist> qs_top;  // the same, when the drafts came from top candidates
   Active(std::shared_ptr<Ticket> t, int n_sampleable, const Tokenizer& tok, const SpecOptions& spec,
          SpecCosts& costs)
       : ticket(std::move(t)),
@@ -272,13 +273,14 @@ bool Engine::run_parts() {
   const int n_sampleable = std::min(model_.hparams().n_vocab, tok_.n_vocab());
   bool ids = true;  // every row that wants logits needs only its argmax: no logits download
   for (const Part& p : parts_) ids = ids && (!p.logits || argmax_only(*p.a));
-  // Otherwise, when every such row can sample from top candidates (speculative blocks verify
-  // on full logits), the step downloads the top K of each, K the most any row needs.
+  // Otherwise, when every such row can sample from top candidates (verify blocks too: their
+  // rules run on them, spec/verify.h), the step downloads the top K of each, K the most any
+  // row needs.
   int top_k = 0;
   if (!ids) {
     for (const Part& p : parts_) {
       if (!p.logits) continue;
-      const int need = p.drafted > 0 ? 0 : top_k_needed(*p.a);
+      const int need = top_k_needed(*p.a);
       if (need == 0) {
         top_k = 0;
         break;
@@ -307,7 +309,7 @@ bool Engine::run_parts() {
     row += p.rows;
     if (p.logits) li += p.drafted > 0 ? p.rows : 1;
     if (p.drafted > 0) {  // may finish the request
-      finish_spec_part(*p.a, li0, int(row0), p.drafted, ids);
+      finish_spec_part(*p.a, li0, int(row0), p.drafted, ids, K);
       continue;
     }
     // The request's drafter keeps its context, also while it shares plain steps.
@@ -384,8 +386,14 @@ void Engine::add_spec_part(Active& a, int32_t anchor, int n) {
   const int n_sampleable = std::min(model_.hparams().n_vocab, tok_.n_vocab());
   a.drafts_buf.resize(size_t(n));
   a.qs.clear();  // empty: point proposals (walk_block)
+  a.qs_top.clear();
+  const int k = std::min(top_k_needed(a), n_sampleable);
   if (a.ticket->req.sampling.temperature <= 0 || opt_.spec.argmax_drafts) {
     a.drafts->propose_greedy(anchor, n, n_sampleable, a.drafts_buf);
+  } else if (k > 0) {  // drafts from the drafter's top candidates (the step may still verify on full logits)
+    a.drafts->propose_top(anchor, n, k, n_sampleable, draft_top_ids_, draft_top_logits_);
+    spec::choose_drafts_top(spec::TopRows{draft_top_ids_, draft_top_logits_, size_t(k)}, false, a.draft_sampler, a.rng,
+                            a.drafts_buf, a.qs_top);
   } else {
     a.drafts->propose(anchor, n, draft_logits_);
     spec::choose_drafts(draft_logits_, V, n_sampleable, false, a.draft_sampler, a.rng, a.drafts_buf, a.qs);
@@ -400,18 +408,19 @@ void Engine::add_spec_part(Active& a, int32_t anchor, int n) {
 // after row i (greedy: the sampler's choice must equal the draft; sampling: the lossless
 // rejection rule). Kept rows are committed (rollback by checkpoint copy); a.logits ends as the
 // logits after the last kept row, so the next step samples (or takes a.next) from them.
-void Engine::finish_spec_part(Active& a, size_t li0, int row0, int n, bool ids) {
+void Engine::finish_spec_part(Active& a, size_t li0, int row0, int n, bool ids, size_t K) {
   const size_t V = size_t(model_.hparams().n_vocab);
   const bool greedy = a.ticket->req.sampling.temperature <= 0;
-  a.top_ids.clear();  // verify steps return full logits or ids, never top-k candidates
+  a.top_ids.clear();
   a.top_logits.clear();
+  const bool dense = !ids && K == 0;  // full logits came back
   a.result.draft_steps++;
   a.result.drafted_tokens += n;
   bool finished = false;
   size_t row = li0;  // the logit row that predicted the draft being committed (for its logprobs)
   ++step_committed_;  // the anchor
   auto on_accept = [&](int32_t d) {
-    if (!ids) a.logits.assign(out_.logits.begin() + long(row * V), out_.logits.begin() + long((row + 1) * V));
+    if (dense) a.logits.assign(out_.logits.begin() + long(row * V), out_.logits.begin() + long((row + 1) * V));
     ++row;
     ++step_committed_;
     a.result.accepted_tokens++;
@@ -422,15 +431,28 @@ void Engine::finish_spec_part(Active& a, size_t li0, int row0, int n, bool ids) 
     return a.forced.empty();  // forced tokens (reasoning budget) come next
   };
   const size_t rows = size_t(n) + 1;
+  const spec::TopRows top{std::span<const int32_t>(out_.top_ids).subspan(li0 * K, rows * K),
+                          std::span<const float>(out_.top_logits).subspan(li0 * K, rows * K), K};
+  if (dense && !a.qs_top.empty()) {  // drafts from top candidates, verified on full logits: q in full
+    for (const spec::SparseDist& q : a.qs_top) {
+      a.qs.emplace_back(V, 0.0f);
+      for (size_t j = 0; j < q.ids.size(); ++j) a.qs.back()[size_t(q.ids[j])] = q.w[j];
+    }
+  }
   const spec::BlockWalk w =
-      ids ? spec::walk_block_greedy(std::span<const int32_t>(out_.greedy).subspan(li0, rows), a.drafts_buf, on_accept)
-          : spec::walk_block(std::span<const float>(out_.logits).subspan(li0 * V, rows * V), V, a.drafts_buf, a.qs,
-                             greedy, a.sampler, a.rng, on_accept);
+      ids     ? spec::walk_block_greedy(std::span<const int32_t>(out_.greedy).subspan(li0, rows), a.drafts_buf, on_accept)
+      : K > 0 ? spec::walk_block_top(top, a.drafts_buf, a.qs_top, greedy, a.sampler, a.rng, on_accept)
+              : spec::walk_block(std::span<const float>(out_.logits).subspan(li0 * V, rows * V), V, a.drafts_buf, a.qs,
+                                 greedy, a.sampler, a.rng, on_accept);
   if (finished) return;
-  // The next step commits w.next, or samples from these logits (bonus, or after a stop).
-  if (!ids)
+  // The next step commits w.next, or samples from this row (bonus, or after a stop).
+  if (K > 0 && !ids) {
+    a.top_ids.assign(top.ids_of(size_t(w.next_row)).begin(), top.ids_of(size_t(w.next_row)).end());
+    a.top_logits.assign(top.logits_of(size_t(w.next_row)).begin(), top.logits_of(size_t(w.next_row)).end());
+  } else if (dense) {
     a.logits.assign(out_.logits.begin() + long((li0 + size_t(w.next_row)) * V),
                     out_.logits.begin() + long((li0 + size_t(w.next_row) + 1) * V));
+  }
   a.next = w.next;
   {
     StepScope step(model_.backend());  // the rollback copies and the drafter's ingest: one graph

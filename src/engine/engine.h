@@ -135,7 +135,8 @@ class Engine {
   bool run_parts();
   // After the forward: walks a's verified block (its logits or ids from logit row li0, batch
   // row row0), commits the kept rows and rolls the rest back.
-  void finish_spec_part(Active& a, size_t li0, int row0, int n, bool ids);
+  // K > 0: the step returned each logit row's top K candidates (ForwardOutput::top_k_only).
+  void finish_spec_part(Active& a, size_t li0, int row0, int n, bool ids, size_t K);
   // The token a commits next: forced (returns true), chosen by the last step, or sampled.
   bool next_token(Active& a, int32_t& token);
   bool commit(Active& a, int32_t token, bool forced);  // false: the request is finished (a is gone)
@@ -167,6 +168,8 @@ class Engine {
   std::vector<Part> parts_;           // of batch_, reused every step
   std::vector<Active*> decoding_;     // step_batched scratch
   std::vector<float> draft_logits_;               // speculation scratch, reused every step
+  std::vector<int32_t> draft_top_ids_;             // the drafter's top candidates (device_top_k)
+  std::vector<float> draft_top_logits_;
   double step_t0_ = 0;  // when this step began (policy timings: the whole step, drafting included)
   int step_committed_ = 0;  // tokens the parts of this step committed (plain rows, kept block rows)
   BatchSpecGate gate_;      // whether requests sharing a step speculate (adaptive policy only)

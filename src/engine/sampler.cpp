@@ -58,9 +58,8 @@ bool Sampler::can_sample_from_top(int k) const {
   return p_.temperature <= 0 || (p_.top_k > 0 && std::min(p_.top_k, n_sampleable_) <= k);
 }
 
-int32_t Sampler::sample_top(std::span<const int32_t> ids, std::span<const float> logits) {
+void Sampler::prepare_top(std::span<const int32_t> ids, std::span<const float> logits) {
   if (ids.empty() || ids.size() != logits.size()) fail("sampler: {} top ids for {} logits", ids.size(), logits.size());
-  if (p_.temperature <= 0) return ids[0];  // the largest, lowest id on ties: sample()'s greedy pick
   // prepare() keeps min(top_k, n) candidates sorted the same way (top_k off: all n).
   const size_t keep = p_.top_k > 0 ? size_t(std::min(p_.top_k, n_sampleable_)) : size_t(n_sampleable_);
   if (ids.size() < keep) fail("sampler: {} top candidates, top_k needs {}", ids.size(), keep);
@@ -70,7 +69,37 @@ int32_t Sampler::sample_top(std::span<const int32_t> ids, std::span<const float>
     cand_[i] = {ids[i], logits[i]};
   }
   filter();
+}
+
+int32_t Sampler::sample_top(std::span<const int32_t> ids, std::span<const float> logits) {
+  if (p_.temperature <= 0) {  // the largest, lowest id on ties: sample()'s greedy pick
+    if (ids.empty()) fail("sampler: no top candidates");
+    return ids[0];
+  }
+  prepare_top(ids, logits);
   return draw();
+}
+
+void Sampler::distribution_top(std::span<const int32_t> ids, std::span<const float> logits,
+                               std::vector<int32_t>& out_ids, std::vector<float>& out_probs) {
+  out_ids.clear();
+  out_probs.clear();
+  if (p_.temperature <= 0) {
+    if (ids.empty()) fail("sampler: no top candidates");
+    out_ids.push_back(ids[0]);
+    out_probs.push_back(1.0f);
+    return;
+  }
+  prepare_top(ids, logits);
+  // distribution()'s arithmetic, in its order (the sum over cand_ as sorted by logit).
+  const float max_l = cand_.front().logit;
+  double sum = 0;
+  for (const Cand& c : cand_) sum += std::exp(double(c.logit - max_l) / p_.temperature);
+  std::sort(cand_.begin(), cand_.end(), [](const Cand& a, const Cand& b) { return a.id < b.id; });
+  for (const Cand& c : cand_) {
+    out_ids.push_back(c.id);
+    out_probs.push_back(float(std::exp(double(c.logit - max_l) / p_.temperature) / sum));
+  }
 }
 
 void Sampler::filter() {

@@ -51,9 +51,14 @@ class Sampler {
   // The probability distribution sample() draws from, over all ids (zeros outside the kept
   // candidates). Used by tests and by speculative verification.
   std::vector<float> distribution(std::span<const float> logits);
+  // The same distribution from a row's top candidates (as sample_top takes them), as its
+  // nonzero entries only, ids ascending: the same values distribution() has at those ids.
+  void distribution_top(std::span<const int32_t> ids, std::span<const float> logits, std::vector<int32_t>& out_ids,
+                        std::vector<float>& out_probs);
 
  private:
   void prepare(std::span<const float> logits);  // fills cand_ with penalised, filtered candidates
+  void prepare_top(std::span<const int32_t> ids, std::span<const float> logits);  // the same from top candidates
   // The filters after top-k (top-p, min-p) on cand_, sorted by logit descending (sampling only).
   void filter();
   int32_t draw();  // a draw from cand_ at the temperature (> 0)

@@ -187,6 +187,17 @@ void DraftModel::draft(SequenceStore& st, int seq, int32_t anchor, std::vector<f
   be_.download(logits.data(), s_->logits, logits.size() * sizeof(float));
 }
 
+void DraftModel::draft_top_k(SequenceStore& st, int seq, int32_t anchor, int k, int limit, std::vector<int32_t>& ids,
+                             std::vector<float>& logits) {
+  const int V = target_.hparams().n_vocab;
+  if (limit <= 0 || limit > V) fail("draft_top_k: id limit {} outside 1..{}", limit, V);
+  StepScope step(be_);
+  run_block(st, seq, anchor);
+  ids.resize(size_t(block_ - 1) * size_t(k));
+  logits.resize(ids.size());
+  be_.top_k_rows(s_->logits, block_ - 1, limit, size_t(V), k, ids.data(), logits.data());
+}
+
 void DraftModel::draft_greedy(SequenceStore& st, int seq, int32_t anchor, int limit, std::vector<int32_t>& ids) {
   const int V = target_.hparams().n_vocab;
   if (limit <= 0 || limit > V) fail("draft_greedy: id limit {} outside 1..{}", limit, V);

@@ -1,7 +1,9 @@
 #include "spec/draft_source.h"
 
 #include <algorithm>
+#include <numeric>
 
+#include "backend/top_k_order.h"
 #include "model/target_model.h"
 #include "util/error.h"
 
@@ -20,6 +22,29 @@ void DraftSource::propose_greedy(int32_t anchor, int n, int limit, std::vector<i
   for (int i = 0; i < n; ++i) {
     const float* row = logits.data() + size_t(i) * V;
     ids[size_t(i)] = int32_t(std::max_element(row, row + limit) - row);
+  }
+}
+
+void DraftSource::propose_top(int32_t anchor, int n, int k, int limit, std::vector<int32_t>& ids,
+                              std::vector<float>& logits) {
+  std::vector<float> full;
+  propose(anchor, n, full);
+  const size_t V = n > 0 ? full.size() / size_t(n) : 0;
+  if (k < 1 || k > limit || size_t(limit) > V) fail("propose_top: k {} and limit {} for a vocabulary of {}", k, limit, V);
+  ids.resize(size_t(n) * size_t(k));
+  logits.resize(ids.size());
+  std::vector<int32_t> order(static_cast<size_t>(limit));
+  for (int i = 0; i < n; ++i) {
+    const float* row = full.data() + size_t(i) * V;
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      const uint32_t ka = top_k_key(row[size_t(a)]), kb = top_k_key(row[size_t(b)]);
+      return ka > kb || (ka == kb && a < b);
+    });
+    for (int j = 0; j < k; ++j) {
+      ids[size_t(i) * size_t(k) + size_t(j)] = order[size_t(j)];
+      logits[size_t(i) * size_t(k) + size_t(j)] = row[size_t(order[size_t(j)])];
+    }
   }
 }
 
@@ -76,6 +101,15 @@ void DFlashSource::propose_greedy(int32_t anchor, int n, int limit, std::vector<
   flush();
   draft_.draft_greedy(*state_, seq_, anchor, limit, ids);  // B - 1 ids; the caller wants the first n
   ids.resize(size_t(n));
+}
+
+void DFlashSource::propose_top(int32_t anchor, int n, int k, int limit, std::vector<int32_t>& ids,
+                               std::vector<float>& logits) {
+  if (n > draft_.block_size() - 1) fail("asked for {} drafts from a block of {}", n, draft_.block_size());
+  flush();
+  draft_.draft_top_k(*state_, seq_, anchor, k, limit, ids, logits);  // B - 1 rows; the caller wants the first n
+  ids.resize(size_t(n) * size_t(k));
+  logits.resize(ids.size());
 }
 
 void DFlashSource::reset() {

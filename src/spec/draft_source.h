@@ -31,6 +31,10 @@ class DraftSource {
   // Greedy proposals: ids receives n ids, each the argmax of its proposal row among ids < limit
   // (ties to the lowest id). This default downloads the logits; DFlash argmaxes on the backend.
   virtual void propose_greedy(int32_t anchor, int n, int limit, std::vector<int32_t>& ids);
+  // Proposal rows as their k largest logits among ids < limit, sorted as Backend::top_k_rows
+  // sorts them: n x k ids and logits. This default sorts propose()'s logits on the host; DFlash
+  // computes them on the backend.
+  virtual void propose_top(int32_t anchor, int n, int k, int limit, std::vector<int32_t>& ids, std::vector<float>& logits);
   // Forget the sequence (a new prompt follows).
   virtual void reset() = 0;
 };
@@ -53,6 +57,7 @@ class DFlashSource final : public DraftSource {
   void on_verified_rows(int first_row, int kept) override;
   void propose(int32_t anchor, int n, std::vector<float>& logits) override;
   void propose_greedy(int32_t anchor, int n, int limit, std::vector<int32_t>& ids) override;
+  void propose_top(int32_t anchor, int n, int k, int limit, std::vector<int32_t>& ids, std::vector<float>& logits) override;
   void reset() override;
 
  private:

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <random>
 
+#include "backend/top_k_order.h"
 #include "spec/verify.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -53,6 +54,14 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
   // Plain greedy: verify rows come back as argmax ids, not logits (see ForwardOutput).
   const bool argmax_only = sampler.plain_greedy();
   for (int32_t t : prompt) sampler.accept(t);
+  // Sampled steps on top candidates (opt.device_top_k): the verify rows and the drafter's rows
+  // come back as their top_k largest logits instead of n_vocab each, verified by spec/verify.h's
+  // top-candidate rules (the same tokens and random numbers as the dense ones).
+  const int want_k = std::min(opt.sampling.top_k, n_sampleable);
+  const int K = opt.device_top_k && !greedy && want_k > 0 && want_k <= kMaxDeviceTopK &&
+                        sampler.can_sample_from_top(want_k) && draft_sampler.can_sample_from_top(want_k)
+                    ? want_k
+                    : 0;
 
   // Prefill; every chunk's features go to the drafter.
   const double t0 = now_seconds();
@@ -91,9 +100,10 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
   int32_t anchor = sampler.sample(last);
   if (opt.max_new_tokens <= 0) return st;
   emit(anchor);
-  std::vector<float> draft_logits;
-  std::vector<int32_t> drafts;
+  std::vector<float> draft_logits, draft_top_logits;
+  std::vector<int32_t> drafts, draft_top_ids;
   std::vector<std::vector<float>> qs;
+  std::vector<spec::SparseDist> qs_top;
   while (!done) {
     if (state_->get(seq_).n_past + 1 > state_->max_tokens_per_seq()) {
       st.finish_reason = "length";
@@ -103,8 +113,13 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
     const int n = drafts_this_step(opt.max_new_tokens - st.generated_tokens);
     drafts.resize(size_t(n));
     qs.clear();  // empty: point proposals (walk_block)
+    qs_top.clear();
     if (n > 0 && (greedy || argmax_drafts_)) {
       drafts_.propose_greedy(anchor, n, n_sampleable, drafts);
+    } else if (n > 0 && K > 0) {
+      drafts_.propose_top(anchor, n, K, n_sampleable, draft_top_ids, draft_top_logits);
+      spec::choose_drafts_top(spec::TopRows{draft_top_ids, draft_top_logits, size_t(K)}, greedy, draft_sampler, rng,
+                              drafts, qs_top);
     } else if (n > 0) {
       drafts_.propose(anchor, n, draft_logits);
       spec::choose_drafts(draft_logits, V, n_sampleable, greedy, draft_sampler, rng, drafts, qs);
@@ -118,14 +133,20 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
       for (int i = 0; i < n; ++i) batch_.add_speculative(seq_, p0 + 1 + i, drafts[size_t(i)]);
     }
     out_.greedy_only = argmax_only ? n_sampleable : 0;
+    out_.top_k_only = K;
+    out_.top_k_limit = n_sampleable;
     model_.forward(batch_, *state_, out_);
     out_.greedy_only = 0;
+    out_.top_k_only = 0;
+    const spec::TopRows target_top{out_.top_ids, out_.top_logits, size_t(K)};
     auto on_accept = [&](int32_t d) {
       st.accepted_tokens++;
       return emit(d);
     };
-    const spec::BlockWalk w = argmax_only ? spec::walk_block_greedy(out_.greedy, drafts, on_accept)
-                                          : spec::walk_block(out_.logits, V, drafts, qs, greedy, sampler, rng, on_accept);
+    const spec::BlockWalk w =
+        argmax_only ? spec::walk_block_greedy(out_.greedy, drafts, on_accept)
+        : K > 0     ? spec::walk_block_top(target_top, drafts, qs_top, greedy, sampler, rng, on_accept)
+                    : spec::walk_block(out_.logits, V, drafts, qs, greedy, sampler, rng, on_accept);
     const int kept = w.kept;
     {
       StepScope step(model_.backend());  // the rollback copies and the drafter's ingest: one graph
@@ -146,7 +167,12 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
     }
     policy_.record(now_seconds() - s0, kept, n);
     if (done) break;
-    anchor = w.next ? *w.next : sampler.sample(std::span<const float>(out_.logits).subspan(size_t(w.next_row) * V, V));
+    if (w.next)
+      anchor = *w.next;
+    else if (K > 0)
+      anchor = sampler.sample_top(target_top.ids_of(size_t(w.next_row)), target_top.logits_of(size_t(w.next_row)));
+    else
+      anchor = sampler.sample(std::span<const float>(out_.logits).subspan(size_t(w.next_row) * V, V));
     emit(anchor);
   }
   st.decode_seconds = now_seconds() - t_first;

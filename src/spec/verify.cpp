@@ -1,6 +1,7 @@
 #include "spec/verify.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "util/error.h"
@@ -126,6 +127,101 @@ SamplingParams draft_sampling(const SamplingParams& p) {
   q.presence_penalty = 0.0f;
   q.frequency_penalty = 0.0f;
   return q;
+}
+
+float SparseDist::at(int32_t id) const {
+  const auto it = std::lower_bound(ids.begin(), ids.end(), id);
+  return it != ids.end() && *it == id ? w[size_t(it - ids.begin())] : 0.0f;
+}
+
+int32_t draw(const SparseDist& dist, std::mt19937_64& rng) {
+  double total = 0;
+  for (float w : dist.w) total += w;
+  if (!(total > 0)) fail("draw: the distribution has no mass");
+  const double u = std::uniform_real_distribution<double>(0.0, total)(rng);
+  double cum = 0;
+  int32_t last = -1;
+  for (size_t i = 0; i < dist.ids.size(); ++i) {
+    if (dist.w[i] <= 0) continue;
+    cum += dist.w[i];
+    last = dist.ids[i];
+    if (u < cum) return last;
+  }
+  return last;
+}
+
+RejectionStep rejection_step(const SparseDist& p, const SparseDist& q, int32_t x, std::mt19937_64& rng) {
+  const double px = p.at(x), qx = q.at(x);
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+  if (u * qx < px) return {true, x};
+  // max(0, p - q) over the union of the supports, ids ascending (elsewhere both are 0).
+  SparseDist residual;
+  double mass = 0;
+  size_t a = 0, b = 0;
+  while (a < p.ids.size() || b < q.ids.size()) {
+    const int32_t ia = a < p.ids.size() ? p.ids[a] : INT32_MAX, ib = b < q.ids.size() ? q.ids[b] : INT32_MAX;
+    const int32_t id = std::min(ia, ib);
+    const float pv = ia == id ? p.w[a++] : 0.0f, qv = ib == id ? q.w[b++] : 0.0f;
+    const float r = std::max(0.0f, pv - qv);
+    mass += r;
+    if (r > 0) residual.ids.push_back(id), residual.w.push_back(r);
+  }
+  return {false, mass > 0 ? draw(residual, rng) : draw(p, rng)};
+}
+
+RejectionStep rejection_step_point(const SparseDist& p, int32_t x, std::mt19937_64& rng) {
+  double total = 0;
+  for (float w : p.w) total += w;
+  const double u = std::uniform_real_distribution<double>(0.0, total)(rng);
+  if (u < p.at(x)) return {true, x};
+  SparseDist rest = p;
+  const auto it = std::lower_bound(rest.ids.begin(), rest.ids.end(), x);
+  if (it != rest.ids.end() && *it == x) rest.w[size_t(it - rest.ids.begin())] = 0.0f;
+  return {false, draw(rest, rng)};
+}
+
+void choose_drafts_top(const TopRows& draft_top, bool greedy, Sampler& draft_sampler, std::mt19937_64& rng,
+                       std::vector<int32_t>& drafts, std::vector<SparseDist>& qs) {
+  qs.clear();
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    if (greedy) {
+      drafts[i] = draft_top.ids_of(i)[0];  // the largest, lowest id on ties
+    } else {
+      qs.emplace_back();
+      draft_sampler.distribution_top(draft_top.ids_of(i), draft_top.logits_of(i), qs.back().ids, qs.back().w);
+      drafts[i] = draw(qs.back(), rng);
+    }
+  }
+}
+
+BlockWalk walk_block_top(const TopRows& target_top, std::span<const int32_t> drafts, const std::vector<SparseDist>& qs,
+                         bool greedy, Sampler& sampler, std::mt19937_64& rng,
+                         const std::function<bool(int32_t)>& on_accept) {
+  BlockWalk w;
+  SparseDist p;
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    w.next_row = int(i);
+    const int32_t d = drafts[i];
+    if (greedy) {
+      const int32_t t = sampler.sample_top(target_top.ids_of(i), target_top.logits_of(i));
+      if (t != d) {
+        w.next = t;
+        return w;
+      }
+    } else {
+      sampler.distribution_top(target_top.ids_of(i), target_top.logits_of(i), p.ids, p.w);
+      const RejectionStep r = qs.empty() ? rejection_step_point(p, d, rng) : rejection_step(p, qs[i], d, rng);
+      if (!r.accepted) {
+        w.next = r.token;
+        return w;
+      }
+    }
+    ++w.kept;
+    w.next_row = int(i) + 1;
+    if (!on_accept(d)) return w;
+  }
+  w.next_row = int(drafts.size());
+  return w;
 }
 
 }  // namespace df::spec

@@ -64,6 +64,39 @@ BlockWalk walk_block(std::span<const float> logits, size_t n_vocab, std::span<co
                      const std::vector<std::vector<float>>& qs, bool greedy, Sampler& sampler,
                      std::mt19937_64& rng, const std::function<bool(int32_t)>& on_accept);
 
+// --- The same rules on the rows' top candidates (ForwardOutput::top_k_only, and the drafter's
+// top candidates): where the samplers can sample from them (Sampler::can_sample_from_top), p
+// and q are zero outside a few ids, so each is kept as its nonzero entries, ids ascending.
+// Every function below draws the same random numbers and returns the same tokens as its dense
+// counterpart above on the full rows (the sums run over the same nonzero values in the same
+// order), without touching n_vocab entries per row.
+struct SparseDist {
+  std::vector<int32_t> ids;  // ascending
+  std::vector<float> w;      // their weights (> 0)
+  float at(int32_t id) const;  // 0 outside ids
+};
+
+int32_t draw(const SparseDist& dist, std::mt19937_64& rng);
+RejectionStep rejection_step(const SparseDist& p, const SparseDist& q, int32_t x, std::mt19937_64& rng);
+RejectionStep rejection_step_point(const SparseDist& p, int32_t x, std::mt19937_64& rng);
+
+// Rows of top candidates: row i's k ids and logits at ids + i * k, logits + i * k.
+struct TopRows {
+  std::span<const int32_t> ids;
+  std::span<const float> logits;
+  size_t k = 0;
+  std::span<const int32_t> ids_of(size_t i) const { return ids.subspan(i * k, k); }
+  std::span<const float> logits_of(size_t i) const { return logits.subspan(i * k, k); }
+};
+
+// choose_drafts from the drafter's top candidates (qs receives the sparse q of each draft).
+void choose_drafts_top(const TopRows& draft_top, bool greedy, Sampler& draft_sampler, std::mt19937_64& rng,
+                       std::vector<int32_t>& drafts, std::vector<SparseDist>& qs);
+// walk_block on the verify rows' top candidates (n + 1 rows); qs empty: point proposals.
+BlockWalk walk_block_top(const TopRows& target_top, std::span<const int32_t> drafts, const std::vector<SparseDist>& qs,
+                         bool greedy, Sampler& sampler, std::mt19937_64& rng,
+                         const std::function<bool(int32_t)>& on_accept);
+
 // The greedy walk when the verify forward returned only each row's greedy choice
 // (ForwardOutput::greedy_only): target[i] is row i's choice, n + 1 entries. Accepts drafts while
 // they equal the target's choice; next is the target's choice at next_row (a mismatch or the
