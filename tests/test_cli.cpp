@@ -146,6 +146,21 @@ TEST_F(Cli, BenchJson) {
   EXPECT_GT(j.at("gen_tok_s").get<double>(), 0);
 }
 
+// bench --draft: per block the draft and verify step times, and a whole sampled speculative step
+// on full logits and on top candidates (both measured: positive times).
+TEST_F(Cli, BenchDraftRows) {
+  const std::string draft = dir_->file("bench_draft.gguf");
+  run_command(kBin + " make-model --arch qwen35-dflash-draft --target " + model_ + " --block 8 -q -o " + draft);
+  const auto j = nlohmann::json::parse(
+      run_command(kBin + " bench -m " + model_ + " --draft " + draft + " -p 16 -n 4 -r 2 --json 2>/dev/null"));
+  const auto& rows = j.at("draft");
+  ASSERT_EQ(rows.size(), 1u) << j.dump();  // block 8 only: the drafter's block
+  EXPECT_EQ(rows[0].at("block").get<int>(), 8);
+  EXPECT_GT(rows[0].at("draft_ms").get<double>(), 0);
+  EXPECT_GT(rows[0].at("sampled_step_ms").get<double>(), 0);
+  EXPECT_GT(rows[0].at("sampled_top_step_ms").get<double>(), 0);
+}
+
 // -d N: generation timed after N tokens of context (llama-bench's depth); it must reach the
 // model (the table row names it) and a negative depth is a clear error.
 TEST_F(Cli, BenchDepth) {

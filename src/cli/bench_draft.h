@@ -25,7 +25,9 @@ struct DraftBenchInput {
 
 // Measures blocks 8 and 16 (those the drafter allows): one JSON object per block with draft_ms,
 // verify_ms (the speculative step after the draft), plain_forward_ms, plain_step_ms,
-// cost_vs_plain and projected_speedup_at_tau {"3": .., "5": .., "7": ..}.
+// cost_vs_plain and projected_speedup_at_tau {"3": .., "5": .., "7": ..}; and sampled_step_ms /
+// sampled_top_step_ms: a whole sampled speculative step (T = 0.7, top_k 40), drafter to commit,
+// on full logits and on the rows' top 40 candidates (the host's share of sampled speculation).
 nlohmann::json bench_draft(LoadedModel& m, const DraftBenchInput& in);
 
 }  // namespace df::cli

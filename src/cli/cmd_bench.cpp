@@ -254,14 +254,16 @@ void bench(const BenchArgs& a) {
     std::printf("| %d | %.3f | %.3f | %.2f |\n", p.rows, p.ms, p.ms / p.rows, t1 > 0 ? p.ms / t1 : 0.0);
   if (!draft_rows.is_null()) {
     std::printf("\n| block | draft ms | verify step ms (checkpoints, commit, ingest) | plain forward of the block ms | "
-                "plain step ms | (draft + verify) / plain | speedup at tau 3 / 5 / 7 (projection) |\n"
-                "|---|---|---|---|---|---|---|\n");
+                "plain step ms | (draft + verify) / plain | speedup at tau 3 / 5 / 7 (projection) | sampled step ms, "
+                "full logits / top 40 |\n"
+                "|---|---|---|---|---|---|---|---|\n");
     for (const auto& r : draft_rows)
-      std::printf("| %d | %.3f | %.3f | %.3f | %.3f | %.2f | %.2fx / %.2fx / %.2fx |\n", r["block"].get<int>(),
+      std::printf("| %d | %.3f | %.3f | %.3f | %.3f | %.2f | %.2fx / %.2fx / %.2fx | %.3f / %.3f |\n", r["block"].get<int>(),
                   r["draft_ms"].get<double>(), r["verify_ms"].get<double>(), r["plain_forward_ms"].get<double>(),
                   r["plain_step_ms"].get<double>(),
                   r["cost_vs_plain"].get<double>(), r["projected_speedup_at_tau"]["3"].get<double>(),
-                  r["projected_speedup_at_tau"]["5"].get<double>(), r["projected_speedup_at_tau"]["7"].get<double>());
+                  r["projected_speedup_at_tau"]["5"].get<double>(), r["projected_speedup_at_tau"]["7"].get<double>(),
+                  r["sampled_step_ms"].get<double>(), r["sampled_top_step_ms"].get<double>());
   }
   for (const auto& p : profiles) print_profile(p);
 }
