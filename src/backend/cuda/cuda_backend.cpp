@@ -111,7 +111,7 @@ void CudaBackend::copy_2d_indexed(void* dst, size_t dst_pitch, const void* src, 
   if (rows <= 0 || row_bytes == 0) return;
   enter();
   cuda::copy_2d_indexed(dst, dst_pitch, src, src_pitch, row_bytes, rows, index, index_bytes, as_stream(stream_));
-  check(cudaGetLastError(), "copy_2d_indexed");
+  check_launch("copy_2d_indexed");
 }
 
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
