@@ -9,24 +9,19 @@
 #include <cstring>
 
 #include "backend/backend.h"
-#include "gguf/gguf.h"
 #include "model/batch.h"
-#include "model/draft_model.h"
-#include "model/target_model.h"
 #include "spec/draft_source.h"
-#include "tokenizer/tokenizer.h"
+#include "support/demo_pair.h"
 
 namespace df {
 namespace {
 
 TEST(DraftBacklog, DeferredIngestProposesWhatEagerIngestProposes) {
-  const std::string models = std::string(DELTAFLASH_SOURCE_DIR) + "/models/demo/";
-  auto tfile = gguf::File::open(models + "qwen35-demo-target-q8_0.gguf");
-  auto dfile = gguf::File::open(models + "qwen35-demo-drafter-q8_0.gguf");
   auto be = make_cpu_backend(1);
-  TargetModel target(*tfile, *be, ModelOptions{});
-  DraftModel draft(*dfile, target);
-  Tokenizer tok(Vocab::from_gguf(*tfile));
+  test::DemoPair demo(*be);
+  TargetModel& target = demo.target;
+  DraftModel& draft = demo.draft;
+  const Tokenizer& tok = demo.tok;
   constexpr int kCtx = 256;
   const int B = draft.block_size();
   DFlashSource source(draft, target, kCtx);

@@ -14,12 +14,9 @@
 
 #include "backend/forwarding_backend.h"
 #include "engine/generator.h"
-#include "gguf/gguf.h"
-#include "model/draft_model.h"
-#include "model/target_model.h"
 #include "spec/draft_source.h"
 #include "spec/spec_decoder.h"
-#include "tokenizer/tokenizer.h"
+#include "support/demo_pair.h"
 
 namespace df {
 namespace {
@@ -83,19 +80,16 @@ class TapeBackend final : public ForwardingBackend {
 };
 
 TEST(SpecStepTapes, CommitStepsAreOneTapeWhateverTheKeptCount) {
-  const std::string models = std::string(DELTAFLASH_SOURCE_DIR) + "/models/demo/";
-  auto tfile = gguf::File::open(models + "qwen35-demo-target-q8_0.gguf");
-  auto dfile = gguf::File::open(models + "qwen35-demo-drafter-q8_0.gguf");
   auto cpu = make_cpu_backend(1);
   TapeBackend be(*cpu);
-  TargetModel target(*tfile, be, ModelOptions{});
-  DraftModel draft(*dfile, target);
-  Tokenizer tok(Vocab::from_gguf(*tfile));
+  test::DemoPair demo(be);
+  TargetModel& target = demo.target;
+  const Tokenizer& tok = demo.tok;
   const std::vector<int32_t> prompt =
       tok.encode("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", false);
 
   constexpr int kCtx = 512, kTokens = 96;
-  DFlashSource drafts(draft, target, kCtx);
+  DFlashSource drafts(demo.draft, target, kCtx);
   SpecDecoder spec(target, drafts, &tok, kCtx, SpecOptions{false, 64, 0});  // always the full block
   GenerateOptions o;
   o.max_new_tokens = kTokens;

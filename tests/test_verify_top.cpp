@@ -13,13 +13,10 @@
 
 #include "engine/generator.h"
 #include "engine/sampler.h"
-#include "gguf/gguf.h"
-#include "model/draft_model.h"
-#include "model/target_model.h"
 #include "spec/draft_source.h"
 #include "spec/spec_decoder.h"
 #include "spec/verify.h"
-#include "tokenizer/tokenizer.h"
+#include "support/demo_pair.h"
 
 namespace df {
 namespace {
@@ -103,21 +100,17 @@ TEST(VerifyTop, TopCandidateRulesEqualTheDenseRules) {
 // temperatures, filters and seeds, with drawn and with argmax drafts; and the speculative run
 // still commits accepted drafts.
 TEST(VerifyTop, SpecDecoderOnTopCandidatesEqualsFullLogits) {
-  const std::string models = std::string(DELTAFLASH_SOURCE_DIR) + "/models/demo/";
-  auto tfile = gguf::File::open(models + "qwen35-demo-target-q8_0.gguf");
-  auto dfile = gguf::File::open(models + "qwen35-demo-drafter-q8_0.gguf");
   auto be = make_cpu_backend(1);
-  TargetModel target(*tfile, *be, ModelOptions{});
-  DraftModel draft(*dfile, target);
-  Tokenizer tok(Vocab::from_gguf(*tfile));
+  test::DemoPair demo(*be);
+  const Tokenizer& tok = demo.tok;
   constexpr int kCtx = 384;
-  DFlashSource source(draft, target, kCtx);
+  DFlashSource source(demo.draft, demo.target, kCtx);
   const std::vector<int32_t> prompt = tok.encode("def quicksort(xs):\n    \"\"\"Sort a list.\"\"\"\n", false);
   int accepted = 0;
   for (int argmax_drafts = 0; argmax_drafts < 2; ++argmax_drafts) {
     SpecOptions so{false, 64, 0};  // always the full block
     so.argmax_drafts = argmax_drafts == 1;
-    SpecDecoder spec(target, source, &tok, kCtx, so);
+    SpecDecoder spec(demo.target, source, &tok, kCtx, so);
     for (float temp : {0.7f, 1.1f})
       for (int top_k : {20, 40})
         for (uint64_t seed : {1u, 2u, 3u}) {

@@ -71,23 +71,25 @@ void choose_drafts(std::span<const float> draft_logits, size_t n_vocab, int n_sa
   }
 }
 
-BlockWalk walk_block(std::span<const float> logits, size_t n_vocab, std::span<const int32_t> drafts,
-                     const std::vector<std::vector<float>>& qs, bool greedy, Sampler& sampler,
-                     std::mt19937_64& rng, const std::function<bool(int32_t)>& on_accept) {
+namespace {
+
+// The walk both walk_block and walk_block_top run: row i judges draft i, by the target's pick
+// (greedy) or by judge(i, d) (a rejection step); the first miss ends the block.
+template <class Pick, class Judge>
+BlockWalk walk_rows(std::span<const int32_t> drafts, bool greedy, Pick pick, Judge judge,
+                    const std::function<bool(int32_t)>& on_accept) {
   BlockWalk w;
   for (size_t i = 0; i < drafts.size(); ++i) {
     w.next_row = int(i);
-    std::span<const float> row = logits.subspan(i * n_vocab, n_vocab);
     const int32_t d = drafts[i];
     if (greedy) {
-      const int32_t t = sampler.sample(row);
+      const int32_t t = pick(i);
       if (t != d) {
         w.next = t;
         return w;
       }
     } else {
-      const RejectionStep r = qs.empty() ? rejection_step_point(sampler.distribution(row), d, rng)
-                                         : rejection_step(sampler.distribution(row), qs[i], d, rng);
+      const RejectionStep r = judge(i, d);
       if (!r.accepted) {
         w.next = r.token;
         return w;
@@ -99,6 +101,21 @@ BlockWalk walk_block(std::span<const float> logits, size_t n_vocab, std::span<co
   }
   w.next_row = int(drafts.size());  // every draft accepted: the bonus comes from the last row
   return w;
+}
+
+}  // namespace
+
+BlockWalk walk_block(std::span<const float> logits, size_t n_vocab, std::span<const int32_t> drafts,
+                     const std::vector<std::vector<float>>& qs, bool greedy, Sampler& sampler,
+                     std::mt19937_64& rng, const std::function<bool(int32_t)>& on_accept) {
+  auto row = [&](size_t i) { return logits.subspan(i * n_vocab, n_vocab); };
+  return walk_rows(
+      drafts, greedy, [&](size_t i) { return sampler.sample(row(i)); },
+      [&](size_t i, int32_t d) {
+        return qs.empty() ? rejection_step_point(sampler.distribution(row(i)), d, rng)
+                          : rejection_step(sampler.distribution(row(i)), qs[i], d, rng);
+      },
+      on_accept);
 }
 
 BlockWalk walk_block_greedy(std::span<const int32_t> target, std::span<const int32_t> drafts,
@@ -197,31 +214,14 @@ void choose_drafts_top(const TopRows& draft_top, bool greedy, Sampler& draft_sam
 BlockWalk walk_block_top(const TopRows& target_top, std::span<const int32_t> drafts, const std::vector<SparseDist>& qs,
                          bool greedy, Sampler& sampler, std::mt19937_64& rng,
                          const std::function<bool(int32_t)>& on_accept) {
-  BlockWalk w;
   SparseDist p;
-  for (size_t i = 0; i < drafts.size(); ++i) {
-    w.next_row = int(i);
-    const int32_t d = drafts[i];
-    if (greedy) {
-      const int32_t t = sampler.sample_top(target_top.ids_of(i), target_top.logits_of(i));
-      if (t != d) {
-        w.next = t;
-        return w;
-      }
-    } else {
-      sampler.distribution_top(target_top.ids_of(i), target_top.logits_of(i), p.ids, p.w);
-      const RejectionStep r = qs.empty() ? rejection_step_point(p, d, rng) : rejection_step(p, qs[i], d, rng);
-      if (!r.accepted) {
-        w.next = r.token;
-        return w;
-      }
-    }
-    ++w.kept;
-    w.next_row = int(i) + 1;
-    if (!on_accept(d)) return w;
-  }
-  w.next_row = int(drafts.size());
-  return w;
+  return walk_rows(
+      drafts, greedy, [&](size_t i) { return sampler.sample_top(target_top.ids_of(i), target_top.logits_of(i)); },
+      [&](size_t i, int32_t d) {
+        sampler.distribution_top(target_top.ids_of(i), target_top.logits_of(i), p.ids, p.w);
+        return qs.empty() ? rejection_step_point(p, d, rng) : rejection_step(p, qs[i], d, rng);
+      },
+      on_accept);
 }
 
 }  // namespace df::spec
