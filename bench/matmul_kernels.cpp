@@ -163,6 +163,11 @@ int main(int argc, char** argv) {
         std::function<void(int)> prepare;  // untimed, before the timed calls of a row count
         std::function<void(const Weight&, int)> run;
       };
+      auto gemm_shape = [&](const char* name, df::cuda::ImmaGemmShape shape) {
+        return Kernel{name, t == GgmlType::Q4_K && df::cuda::imma_supports(w0), 128, max_rows,
+                      [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
+                      [&, shape](const Weight& w, int rows) { df::cuda::imma_gemm_quantized(w, y, rows, scratch, s, shape); }};
+      };
       const Kernel kernels[] = {
           {"imma (int8 tensor cores)", df::cuda::imma_supports(w0), 1, max_rows, nullptr,
            [&](const Weight& w, int rows) {
@@ -175,21 +180,9 @@ int main(int argc, char** argv) {
            [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
            [&](const Weight& w, int rows) { df::cuda::imma_gemm_quantized(w, y, rows, scratch, s); }},
           // The same GEMM in each of its block shapes (the default picks one of the first two).
-          {"imma GEMM 128x64, 4 warps", t == GgmlType::Q4_K && df::cuda::imma_supports(w0), 128, max_rows,
-           [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
-           [&](const Weight& w, int rows) {
-             df::cuda::imma_gemm_quantized(w, y, rows, scratch, s, df::cuda::ImmaGemmShape::k128x64Warps4);
-           }},
-          {"imma GEMM 128x128, 8 warps", t == GgmlType::Q4_K && df::cuda::imma_supports(w0), 128, max_rows,
-           [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
-           [&](const Weight& w, int rows) {
-             df::cuda::imma_gemm_quantized(w, y, rows, scratch, s, df::cuda::ImmaGemmShape::k128x128Warps8);
-           }},
-          {"imma GEMM 128x128, 16 warps", t == GgmlType::Q4_K && df::cuda::imma_supports(w0), 128, max_rows,
-           [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
-           [&](const Weight& w, int rows) {
-             df::cuda::imma_gemm_quantized(w, y, rows, scratch, s, df::cuda::ImmaGemmShape::k128x128Warps16);
-           }},
+          gemm_shape("imma GEMM 128x64, 4 warps", df::cuda::ImmaGemmShape::k128x64Warps4),
+          gemm_shape("imma GEMM 128x128, 8 warps", df::cuda::ImmaGemmShape::k128x128Warps8),
+          gemm_shape("imma GEMM 128x128, 16 warps", df::cuda::ImmaGemmShape::k128x128Warps16),
           {"mma (f16 tensor cores)", df::cuda::mma_supports(w0), 1, max_rows, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
           {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, kMvMaxRows, nullptr,

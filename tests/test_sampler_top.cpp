@@ -119,5 +119,25 @@ TEST(SamplerTop, WhenTheTopIsNotEnough) {
   EXPECT_THROW(s.sample_top(ids, vals), Error);
 }
 
+// top_candidates: how many top candidates the next draw needs (what a step downloads).
+TEST(SamplerTop, TopCandidatesNeeded) {
+  SamplingParams p;  // T 0.8, top_k 40
+  EXPECT_EQ(Sampler(p, 1000).top_candidates(kMaxDeviceTopK), 40);
+  EXPECT_EQ(Sampler(p, 30).top_candidates(kMaxDeviceTopK), 30);  // top_k past the vocabulary
+  EXPECT_EQ(Sampler(p, 1000).top_candidates(39), 0);             // more than max_k
+  SamplingParams g = p;
+  g.temperature = 0;
+  EXPECT_EQ(Sampler(g, 1000).top_candidates(kMaxDeviceTopK), 1);
+  SamplingParams q = p;
+  q.top_k = 0;
+  EXPECT_EQ(Sampler(q, 1000).top_candidates(kMaxDeviceTopK), 0);
+  q = p;
+  q.repeat_penalty = 1.1f;
+  EXPECT_EQ(Sampler(q, 1000).top_candidates(kMaxDeviceTopK), 0);
+  q = p;
+  q.top_k = 300;
+  EXPECT_EQ(Sampler(q, 1000).top_candidates(kMaxDeviceTopK), 0);
+}
+
 }  // namespace
 }  // namespace df

@@ -12,13 +12,10 @@
 #include <new>
 
 #include "engine/generator.h"
-#include "gguf/gguf.h"
-#include "model/draft_model.h"
-#include "model/target_model.h"
 #include "spec/draft_source.h"
 #include "spec/spec_decoder.h"
+#include "support/demo_pair.h"
 #include "support/step_census.h"
-#include "tokenizer/tokenizer.h"
 
 // Host heap allocations are counted (outside the wrapped backend) to catch per-step ones.
 void* operator new(std::size_t n) {
@@ -38,23 +35,11 @@ namespace {
 using test::StepCensusBackend;
 using test::StepCounts;
 
-struct DemoPair {
-  std::unique_ptr<gguf::File> tfile, dfile;
-  std::unique_ptr<Backend> cpu;
-  std::unique_ptr<StepCensusBackend> be;
-  std::unique_ptr<TargetModel> target;
-  std::unique_ptr<DraftModel> draft;
-  std::unique_ptr<Tokenizer> tok;
-  DemoPair() {
-    const std::string models = std::string(DELTAFLASH_SOURCE_DIR) + "/models/demo/";
-    tfile = gguf::File::open(models + "qwen35-demo-target-q8_0.gguf");
-    dfile = gguf::File::open(models + "qwen35-demo-drafter-q8_0.gguf");
-    cpu = make_cpu_backend(1);
-    be = std::make_unique<StepCensusBackend>(*cpu);
-    target = std::make_unique<TargetModel>(*tfile, *be, ModelOptions{});
-    draft = std::make_unique<DraftModel>(*dfile, *target);
-    tok = std::make_unique<Tokenizer>(Vocab::from_gguf(*tfile));
-  }
+// The demo pair on the CPU backend, counted by the census.
+struct CountedDemoPair {
+  std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+  std::unique_ptr<StepCensusBackend> be = std::make_unique<StepCensusBackend>(*cpu);
+  test::DemoPair demo{*be};
 };
 
 constexpr int kCtx = 512;
@@ -104,11 +89,11 @@ std::vector<int32_t> run_counted(G& gen, StepCensusBackend& be, const std::vecto
 }
 
 TEST(SpecStepCensus, SpeculativeStepIsTwoRoundTripsAndNoDirectLaunches) {
-  DemoPair p;
-  const std::vector<int32_t> prompt = p.tok->encode(kCodePrompt, false);
+  CountedDemoPair p;
+  const std::vector<int32_t> prompt = p.demo.tok.encode(kCodePrompt, false);
   ASSERT_GT(prompt.size(), 4u);
 
-  Generator plain(*p.target, p.tok.get(), kCtx);
+  Generator plain(p.demo.target, &p.demo.tok, kCtx);
   GenerateStats pst;
   StepCounts pd;
   const std::vector<int32_t> ref = run_counted(plain, *p.be, prompt, pst, pd);
@@ -116,8 +101,8 @@ TEST(SpecStepCensus, SpeculativeStepIsTwoRoundTripsAndNoDirectLaunches) {
   const PerStep plain_step = per_step(pd, kTokens - 1);  // every token after the first is one forward
   print("plain step", plain_step);
 
-  DFlashSource drafts(*p.draft, *p.target, kCtx);
-  SpecDecoder spec(*p.target, drafts, p.tok.get(), kCtx, SpecOptions{false, 64, 0});  // always full width
+  DFlashSource drafts(p.demo.draft, p.demo.target, kCtx);
+  SpecDecoder spec(p.demo.target, drafts, &p.demo.tok, kCtx, SpecOptions{false, 64, 0});  // always full width
   GenerateStats sst;
   StepCounts sd;
   const std::vector<int32_t> got = run_counted(spec, *p.be, prompt, sst, sd);

@@ -387,7 +387,7 @@ void Engine::add_spec_part(Active& a, int32_t anchor, int n) {
   a.drafts_buf.resize(size_t(n));
   a.qs.clear();  // empty: point proposals (walk_block)
   a.qs_top.clear();
-  const int k = std::min(top_k_needed(a), n_sampleable);
+  const int k = top_k_needed(a);
   if (a.ticket->req.sampling.temperature <= 0 || opt_.spec.argmax_drafts) {
     a.drafts->propose_greedy(anchor, n, n_sampleable, a.drafts_buf);
   } else if (k > 0) {  // drafts from the drafter's top candidates (the step may still verify on full logits)
@@ -467,10 +467,8 @@ bool Engine::argmax_only(const Active& a) const {
 }
 
 int Engine::top_k_needed(const Active& a) const {
-  if (!opt_.device_top_k || a.ticket->req.top_logprobs >= 0 || !a.sampler.can_sample_from_top(kMaxDeviceTopK))
-    return 0;
-  const SamplingParams& p = a.sampler.params();
-  return p.temperature <= 0 ? 1 : std::min(p.top_k, kMaxDeviceTopK);
+  if (!opt_.device_top_k || a.ticket->req.top_logprobs >= 0) return 0;
+  return a.sampler.top_candidates(kMaxDeviceTopK);
 }
 
 bool Engine::commit(Active& a, int32_t token, bool forced) {

@@ -88,9 +88,7 @@ GenerateStats Generator::generate(const std::vector<int32_t>& prompt, const Gene
   // Plain greedy: each step returns its argmax id, not the logits (see ForwardOutput).
   const bool argmax_only = sampler.plain_greedy();
   // Sampling that reads only the top top_k logits: each step returns those (and their ids).
-  const int top_k = !argmax_only && opt.device_top_k && sampler.can_sample_from_top(kMaxDeviceTopK)
-                        ? std::min({opt.sampling.temperature <= 0 ? 1 : opt.sampling.top_k, kMaxDeviceTopK, n_sampleable})
-                        : 0;
+  const int top_k = !argmax_only && opt.device_top_k ? sampler.top_candidates(kMaxDeviceTopK) : 0;
   std::vector<int32_t> top_ids;
   std::optional<int32_t> next;
   for (int i = 0; i < opt.max_new_tokens; ++i) {

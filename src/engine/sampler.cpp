@@ -71,6 +71,11 @@ void Sampler::prepare_top(std::span<const int32_t> ids, std::span<const float> l
   filter();
 }
 
+int Sampler::top_candidates(int max_k) const {
+  if (!can_sample_from_top(max_k)) return 0;
+  return p_.temperature <= 0 ? 1 : std::min(p_.top_k, n_sampleable_);
+}
+
 int32_t Sampler::sample_top(std::span<const int32_t> ids, std::span<const float> logits) {
   if (p_.temperature <= 0) {  // the largest, lowest id on ties: sample()'s greedy pick
     if (ids.empty()) fail("sampler: no top candidates");

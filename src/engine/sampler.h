@@ -38,6 +38,9 @@ class Sampler {
   // Whether sample_top from a row's top k gives sample()'s token: nothing reads other logits
   // (no penalties, no logit bias), and greedy, or top_k on and within k candidates.
   bool can_sample_from_top(int k) const;
+  // How many of a row's top candidates the next draw needs, at most max_k: 1 when greedy,
+  // min(top_k, sampleable ids) when sampling; 0 when it reads more of the row than that.
+  int top_candidates(int max_k) const;
   // Records a token that became part of the context (prompt or generated) for the penalties.
   void accept(int32_t token);
   const SamplingParams& params() const { return p_; }

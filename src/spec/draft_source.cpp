@@ -81,6 +81,11 @@ void DFlashSource::flush() {
   pending_ = 0;
 }
 
+void DFlashSource::begin_draft(int n) {
+  if (n > draft_.block_size() - 1) fail("asked for {} drafts from a block of {}", n, draft_.block_size());
+  flush();
+}
+
 void DFlashSource::on_verified_rows(int first_row, int kept) {
   flush();
   // The rows after the block must exist in the feature buffer (one row per batch row).
@@ -90,23 +95,20 @@ void DFlashSource::on_verified_rows(int first_row, int kept) {
 }
 
 void DFlashSource::propose(int32_t anchor, int n, std::vector<float>& logits) {
-  if (n > draft_.block_size() - 1) fail("asked for {} drafts from a block of {}", n, draft_.block_size());
-  flush();
+  begin_draft(n);
   draft_.draft(*state_, seq_, anchor, logits);  // B - 1 rows; the caller wants the first n
   logits.resize(size_t(n) * size_t(target_.hparams().n_vocab));
 }
 
 void DFlashSource::propose_greedy(int32_t anchor, int n, int limit, std::vector<int32_t>& ids) {
-  if (n > draft_.block_size() - 1) fail("asked for {} drafts from a block of {}", n, draft_.block_size());
-  flush();
+  begin_draft(n);
   draft_.draft_greedy(*state_, seq_, anchor, limit, ids);  // B - 1 ids; the caller wants the first n
   ids.resize(size_t(n));
 }
 
 void DFlashSource::propose_top(int32_t anchor, int n, int k, int limit, std::vector<int32_t>& ids,
                                std::vector<float>& logits) {
-  if (n > draft_.block_size() - 1) fail("asked for {} drafts from a block of {}", n, draft_.block_size());
-  flush();
+  begin_draft(n);
   draft_.draft_top_k(*state_, seq_, anchor, k, limit, ids, logits);  // B - 1 rows; the caller wants the first n
   ids.resize(size_t(n) * size_t(k));
   logits.resize(ids.size());

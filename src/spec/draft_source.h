@@ -61,7 +61,8 @@ class DFlashSource final : public DraftSource {
   void reset() override;
 
  private:
-  void flush();  // ingests the backlog
+  void flush();             // ingests the backlog
+  void begin_draft(int n);  // checks n against the block, then flush()
 
   DraftModel& draft_;
   TargetModel& target_;

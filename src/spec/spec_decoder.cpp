@@ -56,12 +56,9 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
   for (int32_t t : prompt) sampler.accept(t);
   // Sampled steps on top candidates (opt.device_top_k): the verify rows and the drafter's rows
   // come back as their top_k largest logits instead of n_vocab each, verified by spec/verify.h's
-  // top-candidate rules (the same tokens and random numbers as the dense ones).
-  const int want_k = std::min(opt.sampling.top_k, n_sampleable);
-  const int K = opt.device_top_k && !greedy && want_k > 0 && want_k <= kMaxDeviceTopK &&
-                        sampler.can_sample_from_top(want_k) && draft_sampler.can_sample_from_top(want_k)
-                    ? want_k
-                    : 0;
+  // top-candidate rules (the same tokens and random numbers as the dense ones). The drafter's
+  // sampler has the same filters (draft_sampling drops only penalties), so the same K serves it.
+  const int K = opt.device_top_k && !greedy ? sampler.top_candidates(kMaxDeviceTopK) : 0;
 
   // Prefill; every chunk's features go to the drafter.
   const double t0 = now_seconds();

@@ -73,21 +73,18 @@ int SpecPolicy::drafts(int block_size) const {
   const std::vector<int> cand = candidates(n);
   for (int c : cand)
     if (c_->step_samples[size_t(c)] < (c == n ? kMinSpecSamples : kWidthProbes)) return c;
-  // Widths that could pay at all: a step of c drafts commits at most c + 1 tokens. Where none
-  // can (a CPU, whose verify of B rows costs about B plain steps), speculation stays off.
-  std::vector<int> hopeful;
-  for (int c : cand)
-    if (c_->step_cost[size_t(c)] < c_->plain_cost * (c + 1)) hopeful.push_back(c);
-  if (hopeful.empty()) return 0;
-  // Now and then re-measure the width measured longest ago (costs grow with the context).
-  if (c_->spec_steps % kRefreshEvery == kRefreshEvery - 1)
-    return *std::min_element(hopeful.begin(), hopeful.end(),
-                             [&](int a, int b) { return c_->last_step[size_t(a)] < c_->last_step[size_t(b)]; });
-  int best = hopeful.front();
-  double best_cost = std::numeric_limits<double>::infinity();
-  for (int c : hopeful) {
-    const double cost = c_->step_cost[size_t(c)] / expected_tokens(c);
-    if (cost < best_cost) best = c, best_cost = cost;
+  // Only widths that could pay at all: a step of c drafts commits at most c + 1 tokens. Where
+  // none can (a CPU, whose verify of B rows costs about B plain steps), speculation stays off.
+  auto hopeful = [&](int c) { return c_->step_cost[size_t(c)] < c_->plain_cost * (c + 1); };
+  // Now and then re-measure the width measured longest ago (costs grow with the context);
+  // otherwise the width with the lowest expected cost per token.
+  const bool refresh = c_->spec_steps % kRefreshEvery == kRefreshEvery - 1;
+  int best = 0;
+  double best_key = std::numeric_limits<double>::infinity();
+  for (int c : cand) {
+    if (!hopeful(c)) continue;
+    const double key = refresh ? double(c_->last_step[size_t(c)]) : c_->step_cost[size_t(c)] / expected_tokens(c);
+    if (key < best_key) best = c, best_key = key;
   }
   return best;
 }

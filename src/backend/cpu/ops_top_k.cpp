@@ -18,7 +18,8 @@ void CpuBackend::top_k_rows(const float* x, int rows, int n, size_t stride, int 
       uint32_t key;
       int32_t id;
     };
-    std::vector<Entry> row(static_cast<size_t>(n));
+    thread_local std::vector<Entry> row;  // reused: no allocation per call once grown
+    row.resize(static_cast<size_t>(n));
     for (int64_t r = b; r < e; ++r) {
       const float* v = x + r * int64_t(stride);
       for (int i = 0; i < n; ++i) row[size_t(i)] = {top_k_key(v[i]), i};

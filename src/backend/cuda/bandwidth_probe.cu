@@ -30,10 +30,7 @@ __global__ void read_probe_k(const uint4* __restrict__ p, size_t n, unsigned* si
 }  // namespace
 
 void read_probe(const void* data, size_t bytes, unsigned* sink, cudaStream_t s) {
-  int sms = 0, dev = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  launch(read_probe_k, dim3(unsigned(sms) * 8), dim3(256), 0, s, static_cast<const uint4*>(data), bytes / sizeof(uint4), sink);
+  launch(read_probe_k, dim3(unsigned(sm_count()) * 8), dim3(256), 0, s, static_cast<const uint4*>(data), bytes / sizeof(uint4), sink);
 }
 
 }  // namespace df::cuda

@@ -124,6 +124,16 @@ bool raise_smem_limit(int bytes, bool carveout_max = false) {
 
 inline unsigned ceil_div(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
 
+// The current device's SM count, for launch shapes that depend on how many blocks fill the GPU
+// (132, an H100/H200's, if unknown). Not a stream operation: legal during graph capture.
+inline int sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 132;
+  return n;
+}
+
 // Calls launch(first_output, outputs, blocks) for slices of n_out small enough for grid.y's
 // 65535 blocks of out_per_block outputs each.
 template <class F>

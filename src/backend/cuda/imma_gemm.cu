@@ -329,8 +329,8 @@ void gemm_launch(const Segments& segs, int n_sb, const Slots& slots, const int8_
 // 126 registers, so the 16 warps fill one SM's registers), is there for the bench: Nsight
 // Compute found the two above latency-bound at 8 warps an SM (session 7), and this one has
 // twice the warps to hide it, for a third more shared-memory reads per mma. Not yet measured.
-void imma_gemm_shaped(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm,
-                      int rows, int rows_pad, cudaStream_t s, ImmaGemmShape shape) {
+void imma_gemm(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
+               int rows_pad, cudaStream_t s, ImmaGemmShape shape) {
   const int n_sb = int(n_in / kSb);
   const Slots slots = slots_of(n_sb);
   if (shape == ImmaGemmShape::kAuto) {
@@ -349,11 +349,6 @@ void imma_gemm_shaped(const Segments& segs, int64_t n_in, const int8_t* xq, cons
   }
 }
 
-void imma_gemm(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
-               int rows_pad, cudaStream_t s) {
-  imma_gemm_shaped(segs, n_in, xq, xd, xm, rows, rows_pad, s, ImmaGemmShape::kAuto);
-}
-
 void imma_quantize(const float* x, int64_t n_in, int rows, void* scratch, cudaStream_t s) {
   const int rows_pad = (rows + 7) / 8 * 8;
   const Q8kLayout l = q8k_layout(n_in, rows_pad);
@@ -370,7 +365,7 @@ void imma_gemm_quantized(const Weight& w, float* y, int rows, const void* scratc
   const Weight* ws[1] = {&w};
   float* ys[1] = {y};
   for_each_launch(ws, ys, 1, [&](const Segments& segs) {
-    imma_gemm_shaped(segs, w.n_in, reinterpret_cast<const int8_t*>(base + l.q), reinterpret_cast<const float*>(base + l.d),
+    imma_gemm(segs, w.n_in, reinterpret_cast<const int8_t*>(base + l.q), reinterpret_cast<const float*>(base + l.d),
                      reinterpret_cast<const uint2*>(base + l.m), rows, rows_pad, s, shape);
   });
 }

@@ -9,8 +9,9 @@
 namespace df::cuda {
 
 // y = x W^T for the segments' weights from the Q8_K activations xq/xd/xm (q8k_layout with
-// rows_pad rows, quantize_q8k_k), each output bit-identical to imma_matmul.cu's.
+// rows_pad rows, quantize_q8k_k), each output bit-identical to imma_matmul.cu's, in the block
+// shape given (kAuto: the one for the grid).
 void imma_gemm(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
-               int rows_pad, cudaStream_t s);
+               int rows_pad, cudaStream_t s, ImmaGemmShape shape = ImmaGemmShape::kAuto);
 
 }  // namespace df::cuda

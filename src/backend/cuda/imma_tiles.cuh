@@ -73,13 +73,4 @@ inline Segments segments_in_blocks_of(const Segments& segs, int bm) {
   return t;
 }
 
-// The device's SM count (only tile choices depend on it; 132, an H100/H200's, if unknown).
-inline int sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    return 132;
-  return n;
-}
-
 }  // namespace df::cuda
