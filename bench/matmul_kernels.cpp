@@ -125,6 +125,10 @@ int main(int argc, char** argv) {
               "|---|---|---|---|---|---|---|---|---|---|---|\n");
   cudaStream_t s;
   check(cudaStreamCreate(&s), "stream");
+  unsigned* split_counters = nullptr;  // imma_matmul_group's, zeroed once (kernels.h)
+  const size_t counter_bytes = df::cuda::kImmaSplitTiles * sizeof(unsigned);
+  check(cudaMalloc(reinterpret_cast<void**>(&split_counters), counter_bytes), "cudaMalloc (counters)");
+  check(cudaMemset(split_counters, 0, counter_bytes), "zero the counters");
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   for (GgmlType t : kTypes) {
@@ -153,7 +157,9 @@ int main(int argc, char** argv) {
       check(cudaMalloc(reinterpret_cast<void**>(&y), size_t(max_rows) * size_t(sh.n_out) * sizeof(float)), "cudaMalloc (y)");
       check(cudaMemcpy(x, xh.data(), xh.size() * sizeof(float), cudaMemcpyHostToDevice), "upload x");
       Weight w0{t, sh.n_in, sh.n_out, dev, row_bytes};
-      const size_t scratch_bytes = std::max(df::cuda::imma_scratch_bytes(w0, max_rows), df::cuda::mma_scratch_bytes(w0, max_rows));
+      size_t scratch_bytes = df::cuda::mma_scratch_bytes(w0, max_rows);
+      for (int rows : kRows)  // the split partials make calls of few rows need more
+        scratch_bytes = std::max(scratch_bytes, df::cuda::imma_scratch_bytes(w0, rows));
       check(cudaMalloc(&scratch, scratch_bytes), "cudaMalloc (scratch)");
 
       struct Kernel {
@@ -173,7 +179,7 @@ int main(int argc, char** argv) {
            [&](const Weight& w, int rows) {
              const Weight* ws[1] = {&w};
              float* ys[1] = {y};
-             df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, s);
+             df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, split_counters, s);
            }},
           {"imma GEMM alone (x quantized before)", t == GgmlType::Q4_K && df::cuda::imma_supports(w0),
            df::cuda::kImmaGemmMinRows + 1, max_rows,
@@ -231,6 +237,7 @@ int main(int argc, char** argv) {
       cudaFree(dev);
     }
   }
+  cudaFree(split_counters);
   cudaStreamDestroy(s);
   return 0;
 }

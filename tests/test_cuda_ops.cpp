@@ -73,6 +73,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/argmax_split.h"
 #include "backend/cuda/cuda_graphs.h"
 #include "backend/cuda/kernels.h"
 #include "gguf/gguf.h"
@@ -389,6 +390,76 @@ TEST_F(CudaOps, ArgmaxRowsStrided) {
   }
   EXPECT_EQ(got[0], want) << "CPU argmax_rows, strided";
   EXPECT_EQ(got[1], want) << "CUDA argmax_rows, strided";
+}
+
+// The split argmax (argmax.cu: contiguous chunks of argmax_split.h, a block each, merged by a
+// second kernel) on rows that stress the split, against a host scan (and the CPU backend):
+// vocabulary-wide rows, 16 rows at once and every count 1..32, the max in the last chunk, equal
+// maxima on both sides of every chunk boundary and at every chunk's end (lowest index wins),
+// NaN rows, -inf among NaN, n not a multiple of the chunk, rows strided past n (1e30 in the gap).
+// Every row's answer is random, so ids left over from an earlier call do not pass.
+TEST_F(CudaOps, ArgmaxRowsSplitChunks) {
+  namespace as = cuda::argmax_split;
+  struct Shape {
+    int rows, n;
+    size_t stride;
+  };
+  std::vector<Shape> shapes = {{16, 248320, 248320}, {16, 248000, 248320}, {1, 248320, 248320},
+                               {5, 2049, 2049},      {32, 262145, 262147}, {3, 4096, 5000}};
+  for (int rows = 1; rows <= 32; ++rows) shapes.push_back({rows, 33000 + 7 * rows, size_t(33000 + 8 * rows)});
+  Rng rng(5);
+  for (const Shape& sh : shapes) {
+    const int n = sh.n, chunk = as::chunk(n), parts = as::parts(n);
+    const int64_t last = int64_t(parts - 1) * chunk;  // the last chunk's first index
+    std::vector<float> x = rng.normals(size_t(sh.rows) * sh.stride, 3.0);
+    auto at = [&](int64_t lo, int64_t hi) { return size_t(rng.integer(lo, hi)); };
+    for (int r = 0; r < sh.rows; ++r) {
+      float* v = x.data() + size_t(r) * sh.stride;
+      for (size_t i = size_t(n); i < sh.stride; ++i) v[i] = 1e30f;
+      switch ((r + int(rng.integer(0, 7))) % 8) {
+        case 0: v[n - 1] = 1e29f; break;                                   // the last value
+        case 1: v[at(last, n - 1)] = 1e29f; break;                          // in the last chunk
+        case 2:                                                             // both sides of each boundary
+          for (int c = 1; c < parts; ++c) v[size_t(c) * chunk] = v[size_t(c) * chunk - 1] = 60.0f;
+          v[at(0, n - 1)] = 60.0f;
+          break;
+        case 3:                                                             // every chunk's last value
+          for (int c = 0; c < parts; ++c) v[size_t(std::min<int64_t>(int64_t(c + 1) * chunk, n) - 1)] = 70.0f;
+          v[at(0, n - 1)] = 70.0f;
+          break;
+        case 4: std::fill(v, v + n, std::nanf("")); break;                  // only NaN: 0
+        case 5:                                                             // -inf among NaN
+          std::fill(v, v + n, std::nanf(""));
+          v[at(0, n - 1)] = -INFINITY, v[at(0, n - 1)] = -INFINITY;
+          break;
+        case 6:                                                             // NaN on every even index
+          for (int i = 0; i < n; i += 2) v[i] = std::nanf("");
+          break;
+        default: break;                                                     // the random max
+      }
+    }
+    std::vector<int32_t> want(size_t(sh.rows));
+    for (int r = 0; r < sh.rows; ++r) {
+      const float* v = x.data() + size_t(r) * sh.stride;
+      int best = -1;
+      for (int i = 0; i < n; ++i)
+        if (!std::isnan(v[i]) && (best < 0 || v[i] > v[best])) best = i;
+      want[size_t(r)] = best < 0 ? 0 : best;
+    }
+    Twin<float> xd(be(), x);
+    std::vector<int32_t> got[2];
+    for (int s = 0; s < 2; ++s) {
+      got[s].assign(size_t(sh.rows), -7);
+      be_[s]->argmax_rows(xd[s], sh.rows, n, sh.stride, got[s].data());
+    }
+    const std::string tag = std::to_string(sh.rows) + " rows, n = " + std::to_string(n) + ", stride " +
+                            std::to_string(sh.stride) + ", " + std::to_string(parts) + " chunks";
+    EXPECT_EQ(got[0], want) << "CPU argmax_rows, " << tag;
+    EXPECT_EQ(got[1], want) << "CUDA argmax_rows, " << tag;
+    if (sh.rows >= 16 || sh.n > 200000)
+      std::cout << "[cuda-err] argmax_rows split " << std::left << std::setw(40) << tag << std::right
+                << (got[1] == want ? " exact" : "  FAILED") << "\n";
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1749,6 +1820,40 @@ TEST_F(CudaOps, Q6kGemmRowsEqualDecodeRows) {
     expect_gemm_rows_equal_decode_rows(gpu(), GgmlType::Q6_K, c, 7300 + uint64_t(c.n_in));
 }
 
+// Every row count of the Q6_K decode kernel (imma_q6k.cu: 1 row, its one-row variant; 2-8 one
+// n-tile with padding rows; 9-16 two; 17-24 four with the fourth empty; 25-32 four, all live)
+// gives each row the bits of one 40-row call (the prefill GEMM), memcmp-equal, for calls
+// starting at row 0 and ending at row 39. n_in 1024: one super-block per slot; 17408: three
+// (slots that start on odd super-blocks); n_out 45: an output tail. Outputs start as NaN.
+TEST_F(CudaOps, Q6kDecodeRowsAtEveryWidthEqualGemmRows) {
+  for (const int64_t n_in : {int64_t(1024), int64_t(17408)}) {
+    const int64_t n_out = 45;
+    const int rows = 40;
+    const HostWeight hw = make_weight(GgmlType::Q6_K, n_in, n_out, 7400 + uint64_t(n_in));
+    const std::vector<float> x = make_activations(rows, n_in, 7500 + uint64_t(n_in));
+    const Weight w{GgmlType::Q6_K, n_in, n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
+    const std::vector<float> poison(size_t(rows) * n_out, kPoison);
+    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
+    float* yd = static_cast<float*>(gpu().alloc(poison.size() * sizeof(float)));
+    gpu().upload(xd, x.data(), x.size() * sizeof(float));
+    gpu().upload(yd, poison.data(), poison.size() * sizeof(float));
+    gpu().matmul(w, xd, rows, yd);
+    std::vector<float> all(poison.size()), part(poison.size());
+    gpu().download(all.data(), yd, all.size() * sizeof(float));
+    for (int width = 1; width <= 32; ++width)
+      for (const int r0 : {0, rows - width}) {
+        gpu().upload(yd, poison.data(), poison.size() * sizeof(float));
+        gpu().matmul(w, xd + size_t(r0) * size_t(n_in), width, yd);
+        gpu().download(part.data(), yd, size_t(width) * n_out * sizeof(float));
+        EXPECT_EQ(std::memcmp(part.data(), all.data() + size_t(r0) * n_out, size_t(width) * n_out * sizeof(float)), 0)
+            << "matmul q6_K " << n_in << "x" << n_out << ": rows " << r0 << ".." << r0 + width - 1
+            << " in a call of their own differ from the same rows in one call of " << rows;
+      }
+    gpu().release(yd);
+    gpu().release(xd);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The chunked delta rule (deltanet_chunked.cu; the host emulation of its loops is
 // tests/test_gdn_chunk_emulation.cpp): chunked = true against the CPU backend's chunked and
@@ -2006,6 +2111,7 @@ TEST_F(CudaOps, FlashAttentionMissingBlock) {
 // separate ops' bounds.
 
 const int kFusedRows[] = {1, 2, 7, 16, 32, 33, 100};  // 32: the longest one-kernel segment
+const int kGdnFusedRows[] = {1, 2, 5, 7, 16, 32, 33, 100};  // kFusedRows and 5 (a verify block)
 
 struct GdnPrepCase {
   GdnShape sh;
@@ -2017,12 +2123,16 @@ struct GdnPrepCase {
 // CPU: conv channels 1e-5 relative + 1e-6 (Conv1dSilu's bound); normed q/k channels that plus
 // the norm's 2 red_tol(d_k) + 16 u, with the conv's absolute part carried through the norm
 // (1e-6 |scale| / |head| per element, bounded here by 2e-6); gates 4e-6 relative; state exact.
-// Calls chain over the row counts, so the state carries over on all three sides.
+// Calls chain over the row counts, so the state carries over on all three sides. Head dims not a
+// multiple of 32 (5, 7, 33, 40, 160) and row x channel pairs below, at and above the kernel's
+// 1024 threads; a d_k whose 32 staged rows would pass 48 KB takes the separate kernels there.
 TEST_F(CudaOps, GdnConvNormGatesEqualsSeparateOps) {
   const std::vector<GdnPrepCase> cases = {{{16, 48, 128, 128}, 4},  // the 27B shape
                                           {{2, 3, 7, 5}, 3},
                                           {{1, 2, 33, 40}, 2},
-                                          {{3, 1, 32, 96}, 1}};  // no state
+                                          {{3, 1, 32, 96}, 1},   // no state
+                                          {{1, 2, 160, 24}, 4},  // 5 values a lane; 32 rows: 5 pairs a thread
+                                          {{1, 1, 400, 8}, 4}};  // 32 rows stage 51 KB: the separate kernels
   Rng rng(31);
   const float eps = 1e-6f;
   for (const auto& c : cases) {
@@ -2038,7 +2148,7 @@ TEST_F(CudaOps, GdnConvNormGatesEqualsSeparateOps) {
     Twin<float> wd(be(), w), cf(be(), coef), bs(be(), bias), state(be(), state0), state_sep(be(), state0);
     std::ostringstream shape_tag;
     shape_tag << "k" << sh.n_k << " v" << sh.n_v << " dk" << sh.d_k << " dv" << sh.d_v << " K=" << K;
-    for (int rows : kFusedRows) {
+    for (int rows : kGdnFusedRows) {
       const size_t xs = size_t(cd) + 5, os = size_t(cd) + 3;
       const std::vector<float> x0 = strided(rng, rows, cd, xs, false), out0 = strided(rng, rows, cd, os, true);
       std::vector<float> b0 = rng.normals(size_t(rows) * nv, 3.0), a0 = rng.normals(size_t(rows) * nv, 8.0);
@@ -2366,6 +2476,213 @@ TEST_F(CudaOps, ImmaGemmShapesGiveTheSameBits) {
     EXPECT_TRUE(std::none_of(ys[0].begin(), ys[0].end(), [](float v) { return std::isnan(v); })) << "unwritten outputs";
     gpu().release(scratch);
     gpu().release(xd);
+  }
+}
+
+// Split decode products (imma_matmul.cu: a launch of fewer tiles than two waves of blocks spreads
+// each tile's slots over 2 or 4 blocks; the tile's last block to finish sums their partials)
+// give each row the bits the prefill GEMM gives it in a call of 33 rows, which equal the unsplit
+// decode kernel's (Q4kGemmRowsEqualDecodeRows). Shapes: 5120 outputs from n_in 17408 (slots of
+// 3 super-blocks) and 6144 (of 1), the ffn down and out projections, 320 tiles (split by 4 on an
+// H200); an odd 2560 x 300 (a tail tile of 12 outputs, 10 slots). Rows 1 (the one-row kernel),
+// 2, 8, 16 (two n-tiles), 24, 32 (four), each twice in a row (the tile counters must be back at
+// zero), outputs poisoned before every run; then all of them inside a step three times: run
+// directly, captured, replayed.
+TEST_F(CudaOps, SplitDecodeProductsEqualGemmRows) {
+  struct Shape {
+    int64_t n_in, n_out;
+  };
+  const int row_counts[] = {1, 2, 8, 16, 24, 32};
+  constexpr int kRef = 33;  // above kImmaGemmMinRows: the GEMM
+  for (const Shape sh : {Shape{17408, 5120}, Shape{6144, 5120}, Shape{2560, 300}}) {
+    const HostWeight hw = make_weight(GgmlType::Q4_K, sh.n_in, sh.n_out, 8100 + uint64_t(sh.n_in));
+    const std::vector<float> x = make_activations(kRef, sh.n_in, 8200 + uint64_t(sh.n_in));
+    const Weight w{GgmlType::Q4_K, sh.n_in, sh.n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()),
+                   hw.row_bytes};
+    const size_t n_out = size_t(sh.n_out);
+    const std::vector<float> poison(size_t(kRef) * n_out, kPoison);
+    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
+    gpu().upload(xd, x.data(), x.size() * sizeof(float));
+    float* refd = static_cast<float*>(gpu().alloc(poison.size() * sizeof(float)));
+    gpu().upload(refd, poison.data(), poison.size() * sizeof(float));
+    gpu().matmul(w, xd, kRef, refd);
+    std::vector<float> want(poison.size());
+    gpu().download(want.data(), refd, want.size() * sizeof(float));
+    gpu().release(refd);
+
+    struct Run {
+      int rows;
+      float* y;
+    };
+    std::vector<Run> runs;  // each row count twice
+    for (int rows : row_counts)
+      for (int rep = 0; rep < 2; ++rep)
+        runs.push_back({rows, static_cast<float*>(gpu().alloc(size_t(rows) * n_out * sizeof(float)))});
+    auto poison_all = [&] {
+      for (const Run& r : runs) gpu().upload(r.y, poison.data(), size_t(r.rows) * n_out * sizeof(float));
+    };
+    auto run_all = [&] {
+      for (const Run& r : runs) gpu().matmul(w, xd, r.rows, r.y);
+    };
+    auto check_all = [&](const std::string& how) {
+      std::ostringstream name;
+      name << "split matmul q4_K " << sh.n_in << "x" << sh.n_out << " rows 1..32 " << how << " vs GEMM";
+      Check check(name.str());
+      for (const Run& r : runs) {
+        std::vector<float> got(size_t(r.rows) * n_out);
+        gpu().download(got.data(), r.y, got.size() * sizeof(float));
+        const std::vector<float> ref(want.begin(), want.begin() + std::ptrdiff_t(got.size()));
+        check.exact(got, ref);
+        EXPECT_TRUE(same_bits(got, ref)) << name.str() << ": rows " << r.rows;
+      }
+    };
+    poison_all();
+    run_all();
+    check_all("direct");
+    const CudaGraphStats before = graph_stats(gpu());
+    for (const char* how : {"step run directly", "step captured", "step replayed"}) {
+      poison_all();
+      {
+        StepScope step(gpu());
+        run_all();
+      }
+      check_all(how);
+    }
+    const CudaGraphStats after = graph_stats(gpu());
+    EXPECT_EQ(after.captured - before.captured, 1);
+    EXPECT_EQ(after.replayed - before.replayed, 1);
+    for (const Run& r : runs) gpu().release(r.y);
+    gpu().release(xd);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q8_K activations written by the norm kernels (CudaBackend's fuse_quantize)
+
+// A weight of n_out rows repeating `period` random ones (make_weight is slow at 17408 x 5120).
+HostWeight tiled_weight(GgmlType t, int64_t n_in, int64_t n_out, int period, uint64_t seed) {
+  const HostWeight base = make_weight(t, n_in, period, seed);
+  HostWeight hw{t, n_in, n_out, base.row_bytes, {}, {}};
+  hw.bytes.resize(hw.row_bytes * size_t(n_out));
+  for (int64_t o = 0; o < n_out; ++o)
+    std::memcpy(hw.bytes.data() + size_t(o) * hw.row_bytes, base.bytes.data() + size_t(o % period) * hw.row_bytes,
+                hw.row_bytes);
+  return hw;
+}
+
+// A 27B-shaped stretch of a decode step (dim 5120), every output downloaded: add_rms_norm, then
+// the FFN's gate/up (Q4_K, 2 x 17408) and a Q6_K product sharing its output (both may use the
+// norm's Q8_K); add() on that output, then a product of it (must see the sum: the record is
+// stale); rms_norm into a second buffer and a Q6_K product of it; add_rms_norm into the first
+// buffer, then a product of the second (another input: must quantize its own).
+struct FusedQ8kSequence {
+  static constexpr int kDim = 5120;
+  Backend& be;
+  Weight gate, up, q6;
+  explicit FusedQ8kSequence(Backend& b, const std::vector<HostWeight>& hws) : be(b) {
+    Weight* ws[] = {&gate, &up, &q6};
+    for (int i = 0; i < 3; ++i)
+      *ws[i] = Weight{hws[size_t(i)].type, hws[size_t(i)].n_in, hws[size_t(i)].n_out,
+                      be.weight_data(hws[size_t(i)].bytes.data(), hws[size_t(i)].bytes.size()), hws[size_t(i)].row_bytes};
+  }
+  // in_steps: the sequence as a step, three times (run directly, captured, replayed); the
+  // results of the last.
+  std::vector<std::vector<float>> run(int rows, uint64_t seed, int in_steps = 0) {
+    const size_t act = size_t(rows) * kDim;
+    Rng rng(seed);
+    const std::vector<float> x0 = make_activations(rows, kDim, seed), y = rng.normals(act, 1.0),
+                             y2 = rng.normals(act, 0.5), nw = rng.normals(kDim, 0.5);
+    struct Buf {
+      float* p;
+      size_t n;
+    };
+    std::vector<Buf> bufs;
+    auto buffer = [&](size_t n) {
+      bufs.push_back({static_cast<float*>(be.alloc(n * sizeof(float))), n});
+      return bufs.back().p;
+    };
+    float *x = buffer(act), *yd = buffer(act), *y2d = buffer(act), *nwd = buffer(kDim), *u = buffer(act),
+          *u2 = buffer(act);
+    float *g = buffer(size_t(rows) * size_t(gate.n_out)), *upy = buffer(size_t(rows) * size_t(up.n_out)),
+          *q6y = buffer(size_t(rows) * size_t(q6.n_out)), *t1 = buffer(size_t(rows) * size_t(gate.n_out)),
+          *t2 = buffer(size_t(rows) * size_t(q6.n_out)), *t3 = buffer(size_t(rows) * size_t(gate.n_out));
+    be.upload(yd, y.data(), act * sizeof(float));
+    be.upload(y2d, y2.data(), act * sizeof(float));
+    be.upload(nwd, nw.data(), kDim * sizeof(float));
+    auto prepare = [&] {  // x afresh (the sequence adds to it), every output poisoned
+      for (const Buf& b : bufs) {
+        if (b.p == yd || b.p == y2d || b.p == nwd) continue;
+        const std::vector<float> poison(b.n, kPoison);
+        be.upload(b.p, poison.data(), b.n * sizeof(float));
+      }
+      be.upload(x, x0.data(), act * sizeof(float));
+    };
+    auto sequence = [&] {
+      const float eps = 1e-6f;
+      be.add_rms_norm(x, yd, nwd, rows, kDim, eps, u, kDim);
+      const Weight* ws[] = {&gate, &up, &q6};
+      float* ys[] = {g, upy, q6y};
+      be.matmul_shared_input(ws, ys, 3, u, rows);
+      be.add(u, y2d, int64_t(act));
+      be.matmul(gate, u, rows, t1);
+      be.rms_norm(x, kDim, nwd, rows, kDim, eps, u2, kDim);
+      be.matmul(q6, u2, rows, t2);
+      be.add_rms_norm(x, y2d, nwd, rows, kDim, eps, u, kDim);
+      be.matmul(gate, u2, rows, t3);
+    };
+    if (in_steps == 0) {
+      prepare();
+      sequence();
+    }
+    for (int i = 0; i < in_steps; ++i) {
+      prepare();
+      StepScope step(be);
+      sequence();
+    }
+    std::vector<std::vector<float>> outs;
+    for (float* p : {x, u, u2, g, upy, q6y, t1, t2, t3}) {
+      for (const Buf& b : bufs)
+        if (b.p == p) {
+          outs.emplace_back(b.n);
+          be.download(outs.back().data(), p, b.n * sizeof(float));
+        }
+    }
+    for (const Buf& b : bufs) be.release(b.p);
+    return outs;
+  }
+};
+
+TEST(CudaFusedQ8k, NormQuantizedProductsEqualUnfused) {
+  if (!have_gpu()) GTEST_SKIP() << kNoGpu;
+  const int kDim = FusedQ8kSequence::kDim;
+  const std::vector<HostWeight> hws = {tiled_weight(GgmlType::Q4_K, kDim, 17408, 61, 9100),
+                                       tiled_weight(GgmlType::Q4_K, kDim, 17408, 59, 9101),
+                                       tiled_weight(GgmlType::Q6_K, kDim, 1040, 53, 9102)};
+  CudaBackend plain_be(0, /*fuse_quantize=*/false), fused_be(0, /*fuse_quantize=*/true);
+  CudaGraphBackend graphs_be(0, /*fuse_quantize=*/true);
+  FusedQ8kSequence plain(plain_be, hws), fused(fused_be, hws), graphs(graphs_be, hws);
+  const char* names[] = {"x", "u", "u2", "gate", "up", "q6", "after add", "q6 of rms_norm", "other input"};
+  for (int rows : {1, 2, 16, 33}) {
+    const uint64_t seed = 9200 + uint64_t(rows);
+    const auto want = plain.run(rows, seed);
+    const int64_t uses0 = fused_be.fused_q8k_uses();
+    const auto got = fused.run(rows, seed);
+    // The gate/up and Q6_K groups of matmul_shared_input and the product after rms_norm; above
+    // 32 rows the norms do not quantize.
+    EXPECT_EQ(fused_be.fused_q8k_uses() - uses0, rows <= cuda::kNormQ8kMaxRows ? 3 : 0) << "rows " << rows;
+    EXPECT_EQ(plain_be.fused_q8k_uses(), 0);
+    const CudaGraphStats before = graphs_be.graph_stats();
+    const auto stepped = graphs.run(rows, seed, 3);
+    const CudaGraphStats after = graphs_be.graph_stats();
+    EXPECT_EQ(after.replayed - before.replayed, 1) << "rows " << rows;
+    ASSERT_EQ(want.size(), 9u);
+    ASSERT_EQ(got.size(), 9u);
+    ASSERT_EQ(stepped.size(), 9u);
+    for (size_t i = 0; i < want.size(); ++i) {
+      for (float v : want[i]) ASSERT_FALSE(std::isnan(v)) << names[i] << " rows " << rows << ": unwritten output";
+      EXPECT_TRUE(same_bits(got[i], want[i])) << names[i] << " rows " << rows << ": fused vs unfused";
+      EXPECT_TRUE(same_bits(stepped[i], want[i])) << names[i] << " rows " << rows << ": replayed step vs unfused";
+    }
   }
 }
 

@@ -27,15 +27,20 @@ cudaStream_t as_stream(CUstream_st* s) { return s; }
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device) : device_(device) {
+CudaBackend::CudaBackend(int device, bool fuse_quantize) : device_(device), fuse_quantize_(fuse_quantize) {
   check(cudaSetDevice(device), "cudaSetDevice");
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = s;
   // Room for a verify step's ids from the start: growing it later would also invalidate every
   // CUDA graph captured before (cuda_graphs.h), e.g. a prefill's before the first greedy step.
-  check(cudaMalloc(reinterpret_cast<void**>(&argmax_dev_), kArgmaxRows * sizeof(int32_t)), "argmax_rows (scratch)");
+  check(cudaMalloc(reinterpret_cast<void**>(&argmax_dev_), cuda::argmax_scratch_bytes(kArgmaxRows)),
+        "argmax_rows (scratch)");
   argmax_cap_ = kArgmaxRows;
+  // Zeroed once; the split matmul kernels leave them zero (kernels.h imma_matmul_group).
+  const size_t counter_bytes = cuda::kImmaSplitTiles * sizeof(unsigned);
+  check(cudaMalloc(reinterpret_cast<void**>(&imma_split_counters_), counter_bytes), "matmul split counters");
+  check(cudaMemsetAsync(imma_split_counters_, 0, counter_bytes, s), "matmul split counters");
 }
 
 CudaBackend::~CudaBackend() {
@@ -50,11 +55,14 @@ CudaBackend::~CudaBackend() {
   cudaFree(attn_scratch_);
   cudaFree(gdn_scratch_);
   cudaFree(argmax_dev_);
+  cudaFree(imma_split_counters_);
   cudaFree(top_k_scratch_);
+  cudaFree(fused_q8k_);
   cudaStreamDestroy(as_stream(stream_));
 }
 
-void CudaBackend::enter() const {
+void CudaBackend::enter() {
+  fused_ = FusedQ8k{};
   int cur = -1;
   if (cudaGetDevice(&cur) != cudaSuccess || cur != device_) check(cudaSetDevice(device_), "cudaSetDevice");
 }
@@ -197,14 +205,37 @@ void CudaBackend::ensure_scratch(void*& buf, size_t& cap, size_t bytes, const ch
   cap = bytes;
 }
 
+CudaBackend::FusedQ8k CudaBackend::take_fused_q8k() {
+  const FusedQ8k f = fused_;
+  fused_ = FusedQ8k{};
+  return f;
+}
+
+const void* CudaBackend::fused_q8k_of(const FusedQ8k& f, const float* x, int rows, int64_t n_in) {
+  if (!f.matches(x, rows, n_in)) return nullptr;
+  ++fused_q8k_uses_;
+  return fused_q8k_;
+}
+
+void* CudaBackend::fused_q8k_for(const float* x, const float* y, size_t x_stride, const float* w, int n, int dim,
+                                 const float* out, size_t out_stride) {
+  // The products read rows of n_in contiguous floats.
+  if (!fuse_quantize_ || out_stride != size_t(dim) || !cuda::norm_q8k_supports(x, y, x_stride, w, n, dim, out, out_stride))
+    return nullptr;
+  ensure_scratch(fused_q8k_, fused_q8k_cap_, cuda::q8k_fused_bytes(dim, n), "rms_norm (Q8_K)");
+  return fused_q8k_;
+}
+
 void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
+  const FusedQ8k fused = take_fused_q8k();
   if (rows <= 0 || w.n_out <= 0) return;
   enter();
   if (cuda::imma_supports(w)) {  // integer tensor cores (imma_matmul.cu, imma_q6k.cu), for every row count
     const Weight* ws[1] = {&w};
     float* ys[1] = {y};
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::imma_scratch_bytes(w, rows), "matmul");
-    cuda::imma_matmul_group(ws, ys, 1, x, rows, mma_scratch_, as_stream(stream_));
+    cuda::imma_matmul_group(ws, ys, 1, x, rows, mma_scratch_, imma_split_counters_, as_stream(stream_),
+                            fused_q8k_of(fused, x, rows, w.n_in));
     check_launch("matmul");
     return;
   }
@@ -234,6 +265,8 @@ void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
 // (one kernel per launch), each sharing one quantization of x and its launches; the rest go one
 // by one. Each output is what matmul() gives (same kernel, same split).
 void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) {
+  // Taken once for all groups: the products below write only ys, never x or fused_q8k_.
+  const FusedQ8k fused = take_fused_q8k();
   if (rows <= 0) return;
   constexpr int kMaxGroup = 8, kMaxGrouped = 32;
   uint32_t left = 0;  // products still to group (bit i: ws[i]); beyond the first 32, one by one
@@ -254,7 +287,8 @@ void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys,
     }
     enter();
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::imma_scratch_bytes(lead, rows), "matmul");
-    cuda::imma_matmul_group(grp, grp_y, m, x, rows, mma_scratch_, as_stream(stream_));
+    cuda::imma_matmul_group(grp, grp_y, m, x, rows, mma_scratch_, imma_split_counters_, as_stream(stream_),
+                            fused_q8k_of(fused, x, rows, lead.n_in));
     check_launch("matmul");
   }
 }
@@ -271,16 +305,20 @@ void CudaBackend::rms_norm(const float* x, size_t x_stride, const float* w, int 
                            size_t out_stride) {
   if (n <= 0 || dim <= 0) return;
   enter();
-  cuda::rms_norm(x, x_stride, w, n, dim, eps, out, out_stride, as_stream(stream_));
+  void* q8k = fused_q8k_for(x, nullptr, x_stride, w, n, dim, out, out_stride);
+  cuda::rms_norm(x, x_stride, w, n, dim, eps, out, out_stride, as_stream(stream_), q8k);
   check_launch("rms_norm");
+  if (q8k != nullptr) fused_ = FusedQ8k{out, n, dim};
 }
 
 void CudaBackend::add_rms_norm(float* x, const float* y, const float* w, int n, int dim, float eps, float* out,
                                size_t out_stride) {
   if (n <= 0 || dim <= 0) return;
   enter();
-  cuda::add_rms_norm(x, y, w, n, dim, eps, out, out_stride, as_stream(stream_));
+  void* q8k = fused_q8k_for(x, y, size_t(dim), w, n, dim, out, out_stride);
+  cuda::add_rms_norm(x, y, w, n, dim, eps, out, out_stride, as_stream(stream_), q8k);
   check_launch("add_rms_norm");
+  if (q8k != nullptr) fused_ = FusedQ8k{out, n, dim};
 }
 
 void CudaBackend::add(float* x, const float* y, int64_t n) {
@@ -449,7 +487,7 @@ const int32_t* CudaBackend::argmax_launch(const float* x, int rows, int n, size_
     check(cudaFree(argmax_dev_), "cudaFree");
     argmax_dev_ = nullptr;
     argmax_cap_ = 0;
-    check(cudaMalloc(reinterpret_cast<void**>(&argmax_dev_), size_t(rows) * sizeof(int32_t)), "argmax_rows (scratch)");
+    check(cudaMalloc(reinterpret_cast<void**>(&argmax_dev_), cuda::argmax_scratch_bytes(rows)), "argmax_rows (scratch)");
     argmax_cap_ = rows;
   }
   cuda::argmax_rows(x, rows, n, stride, argmax_dev_, as_stream(stream_));

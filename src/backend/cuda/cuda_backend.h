@@ -14,7 +14,10 @@ namespace df {
 // Not final: CudaGraphBackend (cuda_graphs.h) derives from it to record and replay steps.
 class CudaBackend : public Backend {
  public:
-  explicit CudaBackend(int device);
+  // fuse_quantize: rms_norm / add_rms_norm also write the Q8_K activations of their output for
+  // the integer tensor-core product that reads it next (false: every product quantizes its
+  // input itself; the tests compare the two).
+  explicit CudaBackend(int device, bool fuse_quantize = true);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -67,11 +70,16 @@ class CudaBackend : public Backend {
   void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) override;
   void top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids_host, float* vals_host) override;
 
+  // Products that took their Q8_K activations from the norm before them (tests check it).
+  int64_t fused_q8k_uses() const { return fused_q8k_uses_; }
+
   // The stream every op is queued on (for the profiler's event clock, cuda_op_clock.cpp).
   CUstream_st* stream() const { return stream_; }
 
  protected:
-  void enter() const;                      // makes device_ current for this thread
+  // Makes device_ current for this thread; every op passes here (after taking the fused
+  // activations, see take_fused_q8k), so it also forgets them.
+  void enter();
   void check_launch(const char* op) const;  // throws df::Error on a launch error
   // kv_store / attention with the block table already in device memory (n_blocks entries).
   void kv_store_table(const KvLayerView& kv, const int32_t* table, int n_blocks, const float* k, const float* v,
@@ -97,6 +105,27 @@ class CudaBackend : public Backend {
   // Grows a grow-only device buffer to `bytes` (waits for queued work that may still use it).
   void ensure_scratch(void*& buf, size_t& cap, size_t bytes, const char* what);
 
+  // Q8_K activations of a norm's output, written by the norm kernel itself (cuda::rms_norm's
+  // q8k) into fused_q8k_. Valid only until the next op: products call take_fused_q8k() before
+  // enter(), and enter() clears the record, so any op in between (add() on the same buffer, a
+  // copy, an upload) invalidates it. CUDA graphs replay the same calls through these functions,
+  // so a captured step makes the same choices as the same step launched directly.
+  struct FusedQ8k {
+    const float* x = nullptr;  // the norm's output, the product's input
+    int rows = 0;
+    int64_t n_in = 0;
+    // Whether they are the activations of a product of px with prows rows of pn_in inputs.
+    bool matches(const float* px, int prows, int64_t pn_in) const {
+      return x != nullptr && px == x && prows == rows && pn_in == n_in;
+    }
+  };
+  FusedQ8k take_fused_q8k();
+  // fused_q8k_ if f holds the activations of this product's input (counted), else null.
+  const void* fused_q8k_of(const FusedQ8k& f, const float* x, int rows, int64_t n_in);
+  // fused_q8k_ ready for a norm of n rows of dim into out, or null where the norm does not fuse.
+  void* fused_q8k_for(const float* x, const float* y, size_t x_stride, const float* w, int n, int dim,
+                      const float* out, size_t out_stride);
+
   int device_ = 0;
   CUstream_st* stream_ = nullptr;
   std::vector<void*> weights_;  // device copies made by weight_data (owned)
@@ -113,11 +142,18 @@ class CudaBackend : public Backend {
   size_t attn_scratch_cap_ = 0;   // in bytes
   void* gdn_scratch_ = nullptr;  // per-chunk records of the chunked delta rule (grow-only)
   size_t gdn_scratch_cap_ = 0;    // in bytes
-  int32_t* argmax_dev_ = nullptr;  // argmax_rows results before the download (grow-only)
-  int argmax_cap_ = 0;
+  // argmax_rows results before the download, then the kernels' per-chunk picks (grow-only)
+  int32_t* argmax_dev_ = nullptr;
+  int argmax_cap_ = 0;  // in rows: cuda::argmax_scratch_bytes(argmax_cap_) bytes
+  unsigned* imma_split_counters_ = nullptr;  // cuda::kImmaSplitTiles, zero between launches
   void* top_k_scratch_ = nullptr;  // top_k_rows results and per-chunk lists (grow-only)
   size_t top_k_scratch_cap_ = 0;   // in bytes
   std::vector<uint32_t> top_k_host_;  // the downloaded results before the split (grow-only)
+  bool fuse_quantize_ = true;
+  FusedQ8k fused_;                   // what fused_q8k_ holds, if the last op wrote it
+  void* fused_q8k_ = nullptr;        // cuda::q8k_fused_bytes (grow-only)
+  size_t fused_q8k_cap_ = 0;          // in bytes
+  int64_t fused_q8k_uses_ = 0;
 };
 
 }  // namespace df

@@ -129,7 +129,7 @@ void CudaGraphBackend::replay(Reader& r, void (C::*fn)(A...)) {
   std::apply([&](auto&... a) { (this->*fn)(a...); }, args);
 }
 
-CudaGraphBackend::CudaGraphBackend(int device) : CudaBackend(device) {
+CudaGraphBackend::CudaGraphBackend(int device, bool fuse_quantize) : CudaBackend(device, fuse_quantize) {
   cudaEvent_t e = nullptr;
   check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   pinned_free_ = e;

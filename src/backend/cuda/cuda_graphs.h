@@ -41,7 +41,7 @@ struct CudaGraphStats {
 
 class CudaGraphBackend final : public CudaBackend {
  public:
-  explicit CudaGraphBackend(int device);
+  explicit CudaGraphBackend(int device, bool fuse_quantize = true);  // fuse_quantize: as CudaBackend
   ~CudaGraphBackend() override;
 
   void begin_step() override;

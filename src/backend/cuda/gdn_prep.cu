@@ -98,18 +98,31 @@ __global__ void gdn_gates_k(float* b, float* a, const float* __restrict__ a_coef
   }
 }
 
+// Rows up to which gdn_conv_norm_gates runs as one kernel. Its blocks (one per head: 80 at the
+// 27B shape) take a head's rows x dim values with up to 1024 threads, so a long segment would
+// run on too few SMs; longer segments (prefill) take the separate kernels, which give the same
+// bits. Decode (1 row) and verify (up to ~16) stay fused. Not tuned on a GPU yet.
+constexpr int kFusedMaxRows = 32;
+constexpr int kFusedMaxThreads = 1024;
+constexpr size_t kFusedMaxStaged = 48 * 1024;  // bytes of staged q/k values (no opt-in needed)
+
 // The fused op, one block per head of channels: q heads (n_k of d_k), k heads (n_k of d_k),
-// then value heads (n_v of d_v), in conv-channel order. Warp w of a block takes rows w,
-// w + warps, ...; lane l of it computes the head's channels l, l + 32, ... of the row, so a q/k
-// row's sum of squares has l2_norm_heads_k's lanes and order, and is normed as that kernel
-// norms it (the conv values are written, then scaled in place, as the two launches do). Rows
-// read the old state, which only this block's threads update: the barrier after the rows
-// orders those reads before the update. Value-head blocks also take their head's gates.
-__global__ void gdn_conv_norm_gates_k(int n_k, int d_k, int n_v, int d_v, const float* __restrict__ x,
-                                      size_t x_stride, int rows, const float* __restrict__ w, int kernel, float* state,
-                                      float* __restrict__ out, size_t out_stride, float eps, float q_scale,
-                                      float* __restrict__ beta, float* __restrict__ alpha,
-                                      const float* __restrict__ a_coef, const float* __restrict__ dt_bias) {
+// then value heads (n_v of d_v), in conv-channel order. The block's threads take the head's
+// (row, channel) pairs, a thread each where the block is large enough (decode: one per
+// channel), so the conv + SiLU of every channel run at once. q/k heads stage the values in
+// shared memory (rows x dim); then warp w norms rows w, w + warps, ...: lane l sums the squares
+// of the row's channels l, l + 32, ... in that order, so the sum has l2_norm_heads_k's lanes and
+// order and the row is normed as that kernel norms it (from the same floats conv1d_silu_out_k
+// writes). Value heads write their values out and take their head's gates. Every row reads the
+// old state, which only this block's threads update: the barrier after the conv orders those
+// reads before the update.
+__global__ void __launch_bounds__(kFusedMaxThreads)
+    gdn_conv_norm_gates_k(int n_k, int d_k, int n_v, int d_v, const float* __restrict__ x, size_t x_stride, int rows,
+                          const float* __restrict__ w, int kernel, float* state, float* __restrict__ out,
+                          size_t out_stride, float eps, float q_scale, float* __restrict__ beta,
+                          float* __restrict__ alpha, const float* __restrict__ a_coef,
+                          const float* __restrict__ dt_bias) {
+  extern __shared__ float staged[];  // q/k heads: row t's conv values at t * d_k
   pdl_wait();
   pdl_trigger();
   const int u = blockIdx.x;
@@ -118,37 +131,35 @@ __global__ void gdn_conv_norm_gates_k(int n_k, int d_k, int n_v, int d_v, const 
   const int c0 = normed ? u * d_k : 2 * n_k * d_k + (u - 2 * n_k) * d_v;
   const int dim = normed ? d_k : d_v;
   const float scale = u < n_k ? q_scale : 1.0f;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
-  for (int t = warp; t < rows; t += n_warps) {  // warp-uniform: the whole warp reduces below
-    float* o = out + int64_t(t) * out_stride + c0;
-    float ss = 0.0f;
-    for (int j = lane; j < dim; j += kWarp) {
-      const int c = c0 + j;
-      const float y = conv_silu_at(x, x_stride, state, w + int64_t(c) * kernel, kernel, channels, t, c);
-      o[j] = y;
-      ss = __fmaf_rn(y, y, ss);
-    }
-    if (!normed) continue;
-    const float f = l2_norm_factor(ss, eps, scale);
-    for (int j = lane; j < dim; j += kWarp) o[j] = __fmul_rn(o[j], f);  // this lane's own writes
+  const int pairs = rows * dim;
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int t = p / dim, c = c0 + (p - t * dim);
+    const float y = conv_silu_at(x, x_stride, state, w + int64_t(c) * kernel, kernel, channels, t, c);
+    if (normed)
+      staged[p] = y;
+    else
+      out[int64_t(t) * out_stride + c] = y;
   }
   if (!normed) {
     const int h = u - 2 * n_k;
     for (int t = threadIdx.x; t < rows; t += blockDim.x)
       gdn_gate(beta + int64_t(t) * n_v + h, alpha + int64_t(t) * n_v + h, a_coef[h], dt_bias[h]);
   }
-  if (kernel > 1) {
-    __syncthreads();  // every row's read of the old state is done
-    for (int j = threadIdx.x; j < dim; j += blockDim.x) conv_state_update(x, x_stride, rows, channels, kernel, state, c0 + j);
+  __syncthreads();  // staged[] is complete, and every read of the old state is done
+  if (normed) {
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
+    for (int t = warp; t < rows; t += n_warps) {  // warp-uniform: the whole warp reduces below
+      const float* y = staged + t * dim;
+      float ss = 0.0f;
+      for (int j = lane; j < dim; j += kWarp) ss = __fmaf_rn(y[j], y[j], ss);
+      const float f = l2_norm_factor(ss, eps, scale);
+      float* o = out + int64_t(t) * out_stride + c0;
+      for (int j = lane; j < dim; j += kWarp) o[j] = __fmul_rn(y[j], f);
+    }
   }
+  if (kernel > 1)
+    for (int j = threadIdx.x; j < dim; j += blockDim.x) conv_state_update(x, x_stride, rows, channels, kernel, state, c0 + j);
 }
-
-// Rows up to which gdn_conv_norm_gates runs as one kernel. Its blocks (one per head: 80 at the
-// 27B shape) walk their rows a warp each, so a long segment would run on too few SMs; longer
-// segments (prefill) take the separate kernels, which give the same bits. Decode (1 row) and
-// verify (up to ~16) stay fused. Not tuned on a GPU yet.
-constexpr int kFusedMaxRows = 32;
-constexpr int kFusedMaxWarps = 8;
 
 }  // namespace
 
@@ -175,7 +186,8 @@ void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, in
 void gdn_conv_norm_gates(const GdnShape& sh, const float* x, size_t x_stride, int rows, const float* conv_w, int kernel,
                          float* conv_state, float* out, size_t out_stride, float eps, float q_scale, float* beta,
                          float* alpha, const float* a_coef, const float* dt_bias, cudaStream_t s) {
-  if (rows > kFusedMaxRows) {  // the separate kernels, as Backend's default runs them
+  const size_t staged = size_t(rows) * size_t(sh.n_k > 0 ? sh.d_k : 0) * sizeof(float);
+  if (rows > kFusedMaxRows || staged > kFusedMaxStaged) {  // the separate kernels, as Backend's default runs them
     conv1d_silu(x, x_stride, rows, sh.conv_dim(), conv_w, kernel, conv_state, out, out_stride, s);
     if (sh.n_k > 0) {
       l2_norm_heads(out, out_stride, rows, sh.n_k, sh.d_k, eps, q_scale, s);
@@ -184,8 +196,10 @@ void gdn_conv_norm_gates(const GdnShape& sh, const float* x, size_t x_stride, in
     if (sh.n_v > 0) gdn_gates(beta, alpha, a_coef, dt_bias, rows, sh.n_v, s);
     return;
   }
-  const int warps = std::min(rows, kFusedMaxWarps);
-  launch(gdn_conv_norm_gates_k, unsigned(2 * sh.n_k + sh.n_v), warps * kWarp, 0, s, sh.n_k, sh.d_k, sh.n_v, sh.d_v,
+  // A thread per (row, channel) of the widest head, in whole warps, at most kFusedMaxThreads.
+  const int64_t pairs = int64_t(rows) * std::max(sh.d_k, sh.d_v);
+  const int threads = int(std::min<int64_t>(std::max<int64_t>(ceil_div(pairs, kWarp), 1) * kWarp, kFusedMaxThreads));
+  launch(gdn_conv_norm_gates_k, unsigned(2 * sh.n_k + sh.n_v), threads, staged, s, sh.n_k, sh.d_k, sh.n_v, sh.d_v,
          x, x_stride, rows, conv_w, kernel, conv_state, out, out_stride, eps, q_scale, beta, alpha, a_coef, dt_bias);
 }
 

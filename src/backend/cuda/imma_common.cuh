@@ -75,23 +75,17 @@ inline Q8kLayout q8k_layout(int64_t n_in, int rows_pad) {
   return l;
 }
 
+// The activations a norm kernel quantizes besides its float output (norm_rope.cu), for
+// imma_matmul_group's `quantized`: Q4_K's layout, then Q6_K's at this offset, each q8k_layout.
+inline size_t q8k_fused_q6k_offset(int64_t n_in, int rows_pad) { return q8k_layout(n_in, rows_pad).bytes; }
+
 // One warp per (super-block b, row r) quantizes x[r][256b .. 256b + 255] to Q8_K as the CPU
 // does (quantize_q8_k): the first element of largest magnitude sets iscale = -127 / max; q =
 // round-to-even(fma(x, iscale, 1.5 * 2^23)) capped at 127; d = 1 / iscale. Rows past `rows`
 // (padding up to rows_pad) and all-zero blocks are zeros with d = 0. This lane's eight values
-// (elements 8 lane .. 8 lane + 7 of the block) go to q; returns d. Each format's quantizer
-// (quantize_q8k_k below, imma_q6k.cu's) stores them its own way.
-__device__ __forceinline__ float q8k_quantize_lane(const float* __restrict__ x, int rows, int n_in, int b, int r,
-                                                   int lane, int (&q)[8]) {
-  const int64_t e = int64_t(b) * kSb + 8 * lane;
-  float v[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = 0.0f;
-  if (r < rows) {
-    const float4 a = *reinterpret_cast<const float4*>(x + int64_t(r) * n_in + e);
-    const float4 c = *reinterpret_cast<const float4*>(x + int64_t(r) * n_in + e + 4);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
-  }
+// v (elements 8 lane .. 8 lane + 7 of the block) go to q; returns d. Each format's store
+// (q8k_store_q4k below, imma_q6k.cuh's q8k_store_q6k) writes them its own way.
+__device__ __forceinline__ float q8k_quantize_values(const float (&v)[8], int (&q)[8]) {
   float amax = 0.0f;
 #pragma unroll
   for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
@@ -119,6 +113,21 @@ __device__ __forceinline__ float q8k_quantize_lane(const float* __restrict__ x, 
   return d;
 }
 
+// q8k_quantize_values of row r of x (rows of n_in floats; zeros for r >= rows).
+__device__ __forceinline__ float q8k_quantize_lane(const float* __restrict__ x, int rows, int n_in, int b, int r,
+                                                   int lane, int (&q)[8]) {
+  const int64_t e = int64_t(b) * kSb + 8 * lane;
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = 0.0f;
+  if (r < rows) {
+    const float4 a = *reinterpret_cast<const float4*>(x + int64_t(r) * n_in + e);
+    const float4 c = *reinterpret_cast<const float4*>(x + int64_t(r) * n_in + e + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
+  }
+  return q8k_quantize_values(v, q);
+}
+
 // The eight values of q8k_quantize_lane as two words, element order = byte order.
 __device__ __forceinline__ uint2 q8k_pack(const int (&q)[8]) {
   uint2 packed;
@@ -139,20 +148,14 @@ __device__ __forceinline__ uint2 sum_byte_planes(const int (&sums)[4]) {
   return make_uint2(lo, hi);
 }
 
-// Each file that includes this header gets its own copy (imma_matmul.cu and imma_gemm.cu launch it).
-namespace {
-
-// Q8_K in Q4_K's format, one warp per (super-block b, row r): the values row-major, and each
-// half super-block's four sub-block sums as byte planes.
-__global__ void __launch_bounds__(kWarp)
-    quantize_q8k_k(const float* __restrict__ x, int rows, int rows_pad, int n_in, int8_t* __restrict__ xq,
-                   float* __restrict__ xd, uint2* __restrict__ xm) {
-  pdl_wait();
-  pdl_trigger();
-  const int b = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
+// Q8_K in Q4_K's format for one (super-block b, row r), all 32 lanes of a warp with their
+// q8k_quantize_values results: the values row-major, and each half super-block's four sub-block
+// sums as byte planes. Shared by quantize_q8k_k and the norm kernels that quantize their output
+// (norm_rope.cu), so both write the same bytes.
+__device__ __forceinline__ void q8k_store_q4k(const int (&q)[8], float d, int b, int r, int rows_pad, int n_in,
+                                              int lane, int8_t* __restrict__ xq, float* __restrict__ xd,
+                                              uint2* __restrict__ xm) {
   const int64_t e = int64_t(b) * kSb + 8 * lane;
-  int q[8];
-  const float d = q8k_quantize_lane(x, rows, n_in, b, r, lane, q);
   const uint2 packed = q8k_pack(q);
   *reinterpret_cast<uint2*>(xq + int64_t(r) * n_in + e) = packed;
   // Sub-block sums (4 lanes a sub-block), then each half super-block's four as byte planes.
@@ -169,7 +172,43 @@ __global__ void __launch_bounds__(kWarp)
   if (lane == 0) xd[size_t(b) * rows_pad + r] = d;
 }
 
+// Each file that includes this header gets its own copy (imma_matmul.cu and imma_gemm.cu launch it).
+namespace {
+
+// Q8_K in Q4_K's format (q8k_store_q4k), one warp per (super-block b, row r).
+__global__ void __launch_bounds__(kWarp)
+    quantize_q8k_k(const float* __restrict__ x, int rows, int rows_pad, int n_in, int8_t* __restrict__ xq,
+                   float* __restrict__ xd, uint2* __restrict__ xm) {
+  pdl_wait();
+  pdl_trigger();
+  const int b = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
+  int q[8];
+  const float d = q8k_quantize_lane(x, rows, n_in, b, r, lane, q);
+  q8k_store_q4k(q, d, b, r, rows_pad, n_in, lane, xq, xd, xm);
+}
+
 }  // namespace
+
+// Shared by the decode kernels (imma_matmul.cu, imma_q6k.cu). v, with its value hidden from the optimizer, which otherwise rebuilds addresses and lane
+// constants from their parts inside the loop (64-bit multiplies and adds for every load) or
+// folds offsets into other ones: an address made opaque is one register that loads add
+// immediate offsets to.
+template <class T>
+__device__ __forceinline__ T* opaque(T* p) {
+  asm("" : "+l"(p));
+  return p;
+}
+__device__ __forceinline__ uint32_t opaque(uint32_t v) {
+  asm("" : "+r"(v));
+  return v;
+}
+// The address base + a * b bytes in one wide multiply-add (IMAD.WIDE.U32), opaque as above.
+template <class T>
+__device__ __forceinline__ T* wide_madd(T* base, uint32_t a, uint32_t b) {
+  T* r;
+  asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(r) : "r"(a), "r"(b), "l"(base));
+  return r;
+}
 
 // d = a * b for one m16n8k32 tile: a holds unsigned bytes, b signed bytes, d starts at zero.
 __device__ __forceinline__ void imma_16832(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -201,38 +240,33 @@ __device__ __forceinline__ void imma_16816(int (&d)[4], uint32_t a0, uint32_t a1
   }
 }
 
-// Four-byte dot products with accumulation: unsigned x unsigned, unsigned x signed.
-__device__ __forceinline__ int dp4a_uu(uint32_t a, uint32_t b, int c) {
-  int d;
-  asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
+// d = a * b + c for one m16n8k16 tile (k 0..15; a unsigned bytes, b unsigned / signed bytes).
+__device__ __forceinline__ void imma_16816_uu(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b, int c) {
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a0), "r"(a1), "r"(b), "r"(c));
 }
-__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
-  int d;
-  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
+__device__ __forceinline__ void imma_16816_us(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b, int c) {
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a0), "r"(a1), "r"(b), "r"(c));
+}
+
+// Q4_K's msum (sum_j min_j xsum_j) as two m16n8k16 products of the mins and the low / high byte
+// planes of the sub-block sums: the low one starts from kMsumMagic, the bits of 1.5 * 2^23, so
+// lo + 256 hi is the bit pattern of the float 1.5 * 2^23 + msum and one subtraction gives
+// float(msum) exactly (|msum| < 2^22), without the slower integer-to-float conversion.
+constexpr int kMsumMagic = 0x4B400000;
+__device__ __forceinline__ float msum_float(int lo, int hi) {
+  return __fsub_rn(__int_as_float(lo + 256 * hi), 12582912.0f);
 }
 
 __device__ __forceinline__ int byte_of(uint32_t w, int k) { return int((w >> (8 * k)) & 0xFF); }
 
-// A Q4_K super-block header (d, dmin, 12 scale bytes) as packed 6-bit scales and mins of the
-// eight sub-blocks: bytes j of sc[0] / mn[0] are sub-block j, of sc[1] / mn[1] sub-block 4 + j
-// (quant/blocks.h k4_scale_min, four at a time).
-struct Q4kScales {
-  uint32_t sc[2], mn[2];
-  float d, dmin;
-};
-
-__device__ __forceinline__ Q4kScales q4k_scales(const uint8_t* blk) {
-  const uint4 h = __ldg(reinterpret_cast<const uint4*>(blk));
-  Q4kScales s;
-  s.d = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x & 0xFFFF)));
-  s.dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x >> 16)));
-  s.sc[0] = h.y & 0x3F3F3F3Fu;
-  s.mn[0] = h.z & 0x3F3F3F3Fu;
-  s.sc[1] = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
-  s.mn[1] = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
-  return s;
+// A Q4_K super-block's scales from its first header word: d (low half) and dmin (high half).
+__device__ __forceinline__ void q4k_d_dmin(uint32_t w0, float& d, float& dmin) {
+  d = __half2float(__ushort_as_half(static_cast<unsigned short>(w0 & 0xFFFF)));
+  dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(w0 >> 16)));
 }
 
 // The float part of one super-block for one (activation row, output), as the CPU's k4_block:
@@ -281,6 +315,6 @@ void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launc
 // count (above kImmaGemmMinRows through imma_q6k_gemm.cu); a Q6_K row's result does not depend
 // on the batch either (the same slots).
 void imma_q6k_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
-                    cudaStream_t s);
+                    cudaStream_t s, const void* quantized);
 
 }  // namespace df::cuda

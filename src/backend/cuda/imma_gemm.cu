@@ -45,8 +45,6 @@ namespace {
 
 constexpr int kXRow = kSb + 16;             // bytes per activation row in shared memory
 constexpr int kWChunks = kQ4kBytes / 16;    // 16-byte copies per Q4_K block
-constexpr int kMagic = 0x4B400000;          // the bits of 1.5 * 2^23
-constexpr float kMagicF = 12582912.0f;      // 1.5 * 2^23
 constexpr int kStages = 2;                  // one super-block computes while the next loads
 
 // One pipeline stage for a BM x BN tile: weights, activations, activation scales, packed sums.
@@ -68,18 +66,6 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
-}
-
-// d = a * b + c for one m16n8k16 tile (k 0..15; a unsigned bytes, b unsigned / signed bytes).
-__device__ __forceinline__ void imma_16816_uu(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b, int c) {
-  asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
-      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a0), "r"(a1), "r"(b), "r"(c));
-}
-__device__ __forceinline__ void imma_16816_us(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b, int c) {
-  asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
-      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a0), "r"(a1), "r"(b), "r"(c));
 }
 
 // A block of WM x WN warps, each multiplying MT m-tiles by NT n-tiles; eight warps per SM (the
@@ -207,7 +193,7 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
         if (mt + 1 < MT) load_a(mt + 1, q_next);
         const uint32_t a_lo[4] = {q[0] & 0x0F0F0F0Fu, q[1] & 0x0F0F0F0Fu, q[2] & 0x0F0F0F0Fu, q[3] & 0x0F0F0F0Fu};
         const uint32_t a_hi[4] = {q[0] & 0xF0F0F0F0u, q[1] & 0xF0F0F0F0u, q[2] & 0xF0F0F0F0u, q[3] & 0xF0F0F0F0u};
-        int sc_lo[2], sc_hi[2];  // rows g, g + 8: the scales of sub-blocks 2i, 2i + 1 (as q4k_scales)
+        int sc_lo[2], sc_hi[2];  // rows g, g + 8: the scales of sub-blocks 2i, 2i + 1 (k4_scale_min)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const uint32_t* hw = header(mt, h);
@@ -232,7 +218,8 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
     }
 
     // Float part, once per super-block and (row, output). mn: the msum A operand, the mins of
-    // sub-blocks 4c..4c+3 of rows g, g + 8 for c < 2 (as q4k_scales), zeros for the unused k 8..15.
+    // sub-blocks 4c..4c+3 of rows g, g + 8 for c < 2 (quant/blocks.h k4_scale_min), zeros for the
+    // unused k 8..15.
     float d[MT][2], dmin[MT][2];
     uint32_t mn[MT][2];
 #pragma unroll
@@ -240,8 +227,7 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const uint32_t* hw = header(mt, h);
-        d[mt][h] = __half2float(__ushort_as_half(static_cast<unsigned short>(hw[0] & 0xFFFF)));
-        dmin[mt][h] = __half2float(__ushort_as_half(static_cast<unsigned short>(hw[0] >> 16)));
+        q4k_d_dmin(hw[0], d[mt][h], dmin[mt][h]);
         const uint32_t mn0 = hw[2] & 0x3F3F3F3Fu, mn1 = ((hw[3] >> 4) & 0x0F0F0F0Fu) | ((hw[2] >> 2) & 0x30303030u);
         mn[mt][h] = c == 0 ? mn0 : c == 1 ? mn1 : 0u;
       }
@@ -254,11 +240,11 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         int lo[4], hi[4];
-        imma_16816_uu(lo, mn[mt][0], mn[mt][1], xsum.x, kMagic);
+        imma_16816_uu(lo, mn[mt][0], mn[mt][1], xsum.x, kMsumMagic);
         imma_16816_us(hi, mn[mt][0], mn[mt][1], xsum.y, 0);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const float msum = __fsub_rn(__int_as_float(lo[j] + 256 * hi[j]), kMagicF);
+          const float msum = msum_float(lo[j], hi[j]);
           const float t = q4k_sb_term(j % 2 ? dx.y : dx.x, d[mt][j / 2], dmin[mt][j / 2], isum[mt][nt][j], msum);
           float& r = run[mt][nt][j];
           if constexpr (kMulti) {

@@ -16,7 +16,7 @@
 // integer sums equal the CPU's and the two backends differ only in float summation order. Layout
 // in the scratch (q8k_layout): the int8 values row-major; per super-block and row the scale d;
 // per half super-block (4 sub-blocks) and row the four sub-block sums packed as low bytes and
-// high bytes, the operands of two dp4a that form sum_j min_j * sum_j.
+// high bytes, the B operands of the two small mmas that form sum_j min_j * sum_j (msum_float).
 //
 // Fragments. Lane (g, c) = (lane / 4, lane % 4) holds weight rows g and g + 8 of an m-tile and
 // bytes 8c..8c+7 of each 32-byte pair of sub-blocks (low nibbles: sub-block 2i, high: 2i+1).
@@ -29,6 +29,14 @@
 // block then sums the slots in slot order. Integer sums are exact, so a row's result never
 // depends on the other rows of the call or on how many warps shared the slots
 // (tests/test_cuda_ops.cpp RowsAreBatchInvariant), which speculation relies on.
+//
+// Split launches. A product with few outputs (5120: 320 blocks) fills less than one wave of the
+// GPU's block slots and streams slowly (H200: 1.5-2.0 TB/s, against 2.6 for 2176 blocks). Below
+// kSplitBelowWaves waves each tile (a block's 16 outputs x 32 rows) is spread over `split`
+// blocks, each taking a contiguous range of the slots. They write their slots' partials, the
+// very values an unsplit block keeps in shared memory, to the scratch; the tile's last block
+// to finish (a counter per tile) sums all of them in slot order, as the unsplit epilogue does,
+// so every output has the same bits whether split or not.
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -45,13 +53,25 @@ constexpr int kMaxNt = 4;         // n-tiles per launch group: 32 activation row
 constexpr int kRowsPerGroup = 8 * kMaxNt;
 
 // Blocks per SM the register budget must allow: 3 for one n-tile (24 warps to hide latency), 2 above.
-template <int MT, int NT, int kMaxWarps>
-__global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
+constexpr int blocks_per_sm(int nt) { return nt == 1 ? 3 : 2; }
+
+// The kernel issues instructions most of its time (measured on the H200), so its super-block
+// loop is written for few of them: loop-invariant bases with one wide multiply-add per address,
+// scale bytes picked where they are used, msum on the tensor cores (as imma_gemm.cu), and no
+// selects for padding rows. kOneRow (NT = 1, a call of one row, plain decode): of the lane's
+// columns 2c, 2c + 1 only even ones can be live, so the odd ones' scale multiplies and float
+// part are left out (a column's bits do not depend on the others').
+// Split (split > 1, see the header comment): block x of a row group's `split` takes part x %
+// split of the slots; split_part is the scratch of the partials, split_count the tile counters
+// (zero before the launch, zero again after it).
+template <int MT, int NT, int kMaxWarps, bool kOneRow>
+__global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
     imma_q4k_kernel(const Segments segs, int n_sb, Slots slots, const int8_t* __restrict__ xq,
-                    const float* __restrict__ xd, const uint2* __restrict__ xm, int n_in, int rows_pad, int rows) {
+                    const float* __restrict__ xd, const uint2* __restrict__ xm, int n_in, int rows_pad, int rows,
+                    int split, float* split_part, unsigned* split_count) {
   pdl_trigger();  // first: the next kernel may be scheduled while this one waits (see common.cuh)
   constexpr int kRegs = MT * NT * 4;
-  extern __shared__ float part_smem[];  // [slot][kRegs][kWarp]
+  extern __shared__ float part_smem[];  // [slot][kRegs][kWarp], unsplit launches only
   auto part = [&](int slot, int reg, int l) -> float& { return part_smem[(slot * kRegs + reg) * kWarp + l]; };
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
@@ -63,51 +83,93 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
   float* const y = bs.y;
   const int64_t y_stride = bs.y_stride;
   const int64_t o0 = bs.o0;
-  const int r0 = int(blockIdx.x) * kRowsPerGroup;
-  const int nt_live = min(NT, (rows_pad - r0) / 8);  // n-tiles with rows (uniform)
+  const int group = int(blockIdx.x) / split, split_i = int(blockIdx.x) % split;
+  const int r0 = group * kRowsPerGroup;
+  const int slot_begin = split_i * slots.count / split, slot_end = (split_i + 1) * slots.count / split;
+  // A split tile's partials: [slot][row - r0][output - o0], for its live (row, output) pairs only.
+  // Computed where used from the launch's constants (registers are short in the wide kernels).
+  auto tile_of = [&] { return int(blockIdx.y) * (int(gridDim.x) / split) + int(blockIdx.x) / split; };
+  auto split_at = [&](int slot, int64_t o, int r) -> float* {
+    const int tile_rows = min(rows, kRowsPerGroup);
+    const size_t tile_floats = size_t(slots.count) * size_t(16 * MT * tile_rows);
+    return split_part + size_t(tile_of()) * tile_floats +
+           (size_t(slot) * size_t(tile_rows) + size_t(r - r0)) * size_t(16 * MT) + size_t(o - o0);
+  };
+  // n-tiles with rows (uniform). imma_matmul_group sends one n-tile calls of 1-8 rows and two
+  // n-tile calls of 9-16, so below three n-tiles all are live and the loops have no branch.
+  const int nt_live = NT <= 2 ? NT : min(NT, (rows_pad - r0) / 8);
 
-  const uint8_t* wr[MT][2];
+  // Super-block 0 of weight rows g, g + 8 of each m-tile: the header, and this lane's 8 bytes of
+  // the first sub-block pair; super-block sb is sb * kQ4kBytes further.
+  const uint8_t* wh[MT][2];
+  const uint8_t* wq[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h)  // tails: computed from the last row, not stored
-      wr[mt][h] = w + size_t(min(o0 + mt * 16 + g + 8 * h, n_out - 1)) * row_bytes;
+    for (int h = 0; h < 2; ++h) {  // tails: computed from the last row, not stored
+      const uint8_t* const row = w + size_t(min(o0 + mt * 16 + g + 8 * h, n_out - 1)) * row_bytes;
+      wh[mt][h] = opaque(row);
+      wq[mt][h] = opaque(row + 16 + 8 * c);
+    }
   pdl_wait();
-  // Lanes of padding rows read row r0's bytes (the same sectors as a live lane: no extra
-  // traffic) and use zeros instead; unconditional loads keep the loop one basic block.
-  bool x_live[NT];
+  // Lanes of padding rows read row r0's activations (the same sectors as a live lane: no extra
+  // traffic). That puts another row's sums into their mma columns, which no stored output reads
+  // (an mma's columns are independent), so no select zeroes them.
   const int8_t* xr[NT];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    x_live[nt] = r0 + nt * 8 + g < rows;
-    xr[nt] = xq + size_t(x_live[nt] ? r0 + nt * 8 + g : r0) * size_t(n_in) + 8 * c;
+    const int r = r0 + nt * 8 + g;
+    xr[nt] = opaque(xq + size_t(r < rows ? r : r0) * size_t(n_in) + 8 * c);
   }
+  // The float part's inputs of super-block 0: the Q8_K scales of this lane's columns 2c, 2c + 1,
+  // and the msum B operand, the packed sums of half c & 1 of row r0 + g (a padding row's are
+  // zeros; lanes c >= 2 feed the unused k 8..15). n-tile nt is 8 rows further, super-block sb
+  // sb * d_step / m_step bytes.
+  const uint8_t* const dr = opaque(reinterpret_cast<const uint8_t*>(xd + r0 + 2 * c));
+  const uint8_t* const mr = opaque(reinterpret_cast<const uint8_t*>(xm + size_t(c & 1) * rows_pad + r0 + g));
+  const uint32_t d_step = opaque(uint32_t(rows_pad) * 4u), m_step = opaque(uint32_t(rows_pad) * 16u);
+  // The msum A operand is the mins of sub-blocks 4c..4c+3 for lanes c < 2, zeros above. As
+  // quant/blocks.h k4_scale_min: mins 0..3 are header word z's bytes & 0x3F, mins 4..7 word w's
+  // high nibbles with bits 6, 7 of z's bytes on top; these lane constants pick one or none.
+  const uint32_t mn_low_mask = opaque(c < 2 ? 0x0F0F0F0Fu : 0u), mn_top_mask = opaque(c < 2 ? 0x30303030u : 0u);
+  const uint32_t mn_top_shift = opaque(2u * uint32_t(c)), mn_from_w = opaque(c == 1 ? 1u : 0u);
 
-  for (int slot = warp; slot < slots.count; slot += n_warps) {
+  for (int slot = slot_begin + warp; slot < slot_end; slot += n_warps) {
   float acc[MT][NT][4] = {};
 
-  for (int sb = slot * slots.per_slot; sb < min(n_sb, (slot + 1) * slots.per_slot); ++sb) {
-    Q4kScales hs[MT][2];
+  // Opaque: computed once per slot (the split launches' slot bounds made the compiler redo it per super-block).
+  const int sb_end = int(opaque(uint32_t(min(n_sb, (slot + 1) * slots.per_slot))));
+  for (int sb = slot * slots.per_slot; sb < sb_end; ++sb) {
+    // This super-block's addresses: one wide multiply-add each from a loop-invariant base.
+    const uint32_t sbu = uint32_t(sb);
+    const uint8_t* hp[MT][2];
+    const uint8_t* qp[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) hs[mt][h] = q4k_scales(wr[mt][h] + size_t(sb) * kQ4kBytes);
-
-    // isum = 16 * sum_j sc_j * dot_j over the super-block's sub-blocks (exact; the high
-    // nibbles enter as 16 q, so the low sub-blocks' scales are taken 16 times).
-    int isum[MT][NT][4] = {};
+      for (int h = 0; h < 2; ++h)
+        hp[mt][h] = wide_madd(wh[mt][h], sbu, kQ4kBytes), qp[mt][h] = wide_madd(wq[mt][h], sbu, kQ4kBytes);
+    const int8_t* xp[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) xp[nt] = wide_madd(xr[nt], sbu, kSb);
+    const uint8_t* const dp = wide_madd(dr, sbu, d_step);
+    const uint8_t* const mp = wide_madd(mr, sbu, m_step);
 
     // Every weight load of the super-block is issued before the first use (and, for up to two
     // n-tiles, every activation load): the kernel is bound by memory latency, so what counts is
     // how many bytes each warp has in flight.
+    uint4 hw[MT][2];  // headers: d, dmin | scales 0..3 | mins 0..3 | high bits, scales and mins 4..7
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) hw[mt][h] = __ldg(reinterpret_cast<const uint4*>(hp[mt][h]));
     uint2 qw[4][MT][2];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          qw[i][mt][h] = __ldg(reinterpret_cast<const uint2*>(wr[mt][h] + size_t(sb) * kQ4kBytes + 16 + 32 * i + 8 * c));
+        for (int h = 0; h < 2; ++h) qw[i][mt][h] = __ldg(reinterpret_cast<const uint2*>(qp[mt][h] + 32 * i));
     constexpr int kXAhead = NT <= 2 ? 4 : 1;  // sub-block pairs of activations loaded up front
     uint2 xv[kXAhead][2][NT];
     auto load_x = [&](int i, uint2 (&v)[2][NT]) {
@@ -115,81 +177,92 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
       for (int nt = 0; nt < NT; ++nt) {
         if (nt >= nt_live) continue;  // uniform
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const uint2 t = __ldg(reinterpret_cast<const uint2*>(xr[nt] + size_t(sb) * kSb + 64 * i + 32 * half));
-          v[half][nt] = x_live[nt] ? t : make_uint2(0u, 0u);
-        }
+        for (int half = 0; half < 2; ++half)
+          v[half][nt] = __ldg(reinterpret_cast<const uint2*>(xp[nt] + 64 * i + 32 * half));
       }
     };
     if constexpr (kXAhead == 4) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) load_x(i, xv[i]);
     }
-    // The float part's inputs for this lane's columns col, col + 1 of n-tile nt: the Q8_K
-    // scales and the packed sub-block sums (two dp4a operands per half super-block). Loaded up
-    // front for one n-tile; wider calls load them when used (registers).
+    // Loaded up front for one n-tile; wider calls load them when used (registers).
     float2 dx[NT];
-    uint4 msum4[NT][2];
+    uint2 xs[NT];
     auto load_float_part = [&](int nt) {
-      const int col = r0 + nt * 8 + 2 * c;
-      dx[nt] = *reinterpret_cast<const float2*>(xd + size_t(sb) * rows_pad + col);
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-        msum4[nt][half] = *reinterpret_cast<const uint4*>(xm + (size_t(sb) * 2 + half) * rows_pad + col);
+      dx[nt] = __ldg(reinterpret_cast<const float2*>(dp) + 4 * nt);
+      xs[nt] = __ldg(reinterpret_cast<const uint2*>(mp) + 8 * nt);
     };
     if constexpr (NT == 1) load_float_part(0);
 
+    // isum = 16 * sum_j sc_j * dot_j over the super-block's sub-blocks (exact; the high
+    // nibbles enter as 16 q). For one n-tile the low sub-blocks' products are summed apart
+    // (s_lo) and taken 16 times at the end, a shift per output instead of one per scale; wider
+    // calls lack the registers and scale the low scales instead (s_lo stays zero).
+    constexpr bool kSplit = NT == 1;
+    int s_lo[MT][NT][4] = {}, s_hi[MT][NT][4] = {};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {  // sub-block pair i: sub-blocks 2i (low nibbles) and 2i + 1 (high)
       uint2(&xi)[2][NT] = xv[kXAhead == 4 ? i : 0];
       if constexpr (kXAhead != 4) load_x(i, xi);
-      const uint2* xlo = xi[0];
-      const uint2* xhi = xi[1];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const uint2(&q)[2] = qw[i][mt];
         const uint32_t a_lo[4] = {q[0].x & 0x0F0F0F0Fu, q[1].x & 0x0F0F0F0Fu, q[0].y & 0x0F0F0F0Fu, q[1].y & 0x0F0F0F0Fu};
         const uint32_t a_hi[4] = {q[0].x & 0xF0F0F0F0u, q[1].x & 0xF0F0F0F0u, q[0].y & 0xF0F0F0F0u, q[1].y & 0xF0F0F0F0u};
-        int sc_lo[2], sc_hi[2];  // rows g, g + 8
+        int sc_lo[2], sc_hi[2];  // rows g, g + 8: the scales of sub-blocks 2i, 2i + 1 (k4_scale_min)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          sc_lo[h] = 16 * byte_of(hs[mt][h].sc[i / 2], (2 * i) % 4);
-          sc_hi[h] = byte_of(hs[mt][h].sc[i / 2], (2 * i + 1) % 4);
+          const uint4& hh = hw[mt][h];
+          const uint32_t sc = i < 2 ? hh.y & 0x3F3F3F3Fu : (hh.w & 0x0F0F0F0Fu) | ((hh.y >> 2) & 0x30303030u);
+          sc_lo[h] = int(__byte_perm(sc, 0u, 0x4440u | uint32_t((2 * i) % 4))) * (kSplit ? 1 : 16);  // PRMT
+          sc_hi[h] = int(__byte_perm(sc, 0u, 0x4440u | uint32_t((2 * i + 1) % 4)));
         }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           if (nt >= nt_live) continue;
           int dl[4], dh[4];
-          imma_16832(dl, a_lo, xlo[nt].x, xlo[nt].y);
-          imma_16832(dh, a_hi, xhi[nt].x, xhi[nt].y);
+          imma_16832(dl, a_lo, xi[0][nt].x, xi[0][nt].y);
+          imma_16832(dh, a_hi, xi[1][nt].x, xi[1][nt].y);
 #pragma unroll
-          for (int j = 0; j < 4; ++j) isum[mt][nt][j] += sc_lo[j / 2] * dl[j] + sc_hi[j / 2] * dh[j];
+          for (int j = 0; j < 4; ++j) {  // two multiply-adds (the sum is exact in any order)
+            if (kOneRow && j % 2 == 1) continue;
+            (kSplit ? s_lo : s_hi)[mt][nt][j] += sc_lo[j / 2] * dl[j];
+            s_hi[mt][nt][j] += sc_hi[j / 2] * dh[j];
+          }
         }
       }
     }
 
     // Float part, once per super-block and (row, column), as the CPU's k4_block:
     // (dx * d) * isum - (dx * dmin) * sum_j min_j * xsum_j.
+    float d[MT][2], dmin[MT][2];
+    uint32_t mn[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4& hh = hw[mt][h];
+        q4k_d_dmin(hh.x, d[mt][h], dmin[mt][h]);
+        mn[mt][h] = ((mn_from_w ? hh.w >> 4 : hh.z) & mn_low_mask) | ((hh.z >> mn_top_shift) & mn_top_mask);
+      }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       if (nt >= nt_live) continue;
       if constexpr (NT != 1) load_float_part(nt);
-      const uint4 m0 = msum4[nt][0], m1 = msum4[nt][1];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+      for (int mt = 0; mt < MT; ++mt) {
+        int lo[4], hi[4];
+        imma_16816_uu(lo, mn[mt][0], mn[mt][1], xs[nt].x, kMsumMagic);
+        imma_16816_us(hi, mn[mt][0], mn[mt][1], xs[nt].y, 0);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const Q4kScales& s = hs[mt][j / 2];
-          const bool second = j % 2 == 1;
-          const float dxc = second ? dx[nt].y : dx[nt].x;
-          const uint32_t lo0 = second ? m0.z : m0.x, hi0 = second ? m0.w : m0.y;
-          const uint32_t lo1 = second ? m1.z : m1.x, hi1 = second ? m1.w : m1.y;
-          const int lo = dp4a_uu(s.mn[1], lo1, dp4a_uu(s.mn[0], lo0, 0));
-          const int hi = dp4a_us(s.mn[1], hi1, dp4a_us(s.mn[0], hi0, 0));
-          const int msum = hi * 256 + lo;
-          const float t = q4k_sb_term(dxc, s.d, s.dmin, isum[mt][nt][j], __int2float_rn(msum));
+          if (kOneRow && j % 2 == 1) continue;
+          const int isum = 16 * s_lo[mt][nt][j] + s_hi[mt][nt][j];
+          const float t = q4k_sb_term(j % 2 ? dx[nt].y : dx[nt].x, d[mt][j / 2], dmin[mt][j / 2], isum,
+                                      msum_float(lo[j], hi[j]));
           acc[mt][nt][j] = __fadd_rn(acc[mt][nt][j], t);
         }
+      }
     }
   }
 
@@ -198,19 +271,57 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) part(slot, (mt * NT + nt) * 4 + j, lane) = acc[mt][nt][j];
+      for (int j = 0; j < 4; ++j) {
+        if (split == 1) {
+          part(slot, (mt * NT + nt) * 4 + j, lane) = acc[mt][nt][j];
+        } else {  // only what the final sum reads: padding rows and tail outputs are never read
+          const int64_t o = o0 + mt * 16 + g + 8 * (j / 2);
+          const int r = r0 + nt * 8 + 2 * c + (j % 2);
+          if (o < n_out && r < rows) *split_at(slot, o, r) = acc[mt][nt][j];
+        }
+      }
   }  // slot
 
+  if (split > 1) {
+    // The tile's last block to arrive sums it. Release: each thread's partials are fenced before
+    // the barrier, and the barrier comes before thread 0's arrival; atomicInc wraps the counter
+    // back to zero at the last arrival, ready for the next launch or graph replay. Acquire:
+    // thread 0 fences after seeing every other block's arrival, before the barrier that lets
+    // the block's threads read (through L2: __ldcg, never the read-only path).
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      last = atomicInc(split_count + tile_of(), unsigned(split - 1)) == unsigned(split - 1);
+      __threadfence();
+    }
+    __syncthreads();
+    if (!last) return;
+  } else {
+    __syncthreads();
+  }
+
   // Sum the slots in slot order; thread t of the block finishes elements t, t + blockDim.x, ...
-  __syncthreads();
   for (int i = int(threadIdx.x); i < kRegs * kWarp; i += blockDim.x) {
     const int reg = i / kWarp, l = i % kWarp;
     const int mt = reg / (NT * 4), nt = (reg / 4) % NT, j = reg % 4;
     const int64_t o = o0 + mt * 16 + l / 4 + 8 * (j / 2);
     const int r = r0 + nt * 8 + 2 * (l % 4) + (j % 2);
     if (nt >= nt_live || o >= n_out || r >= rows) continue;
-    float sum = part(0, reg, l);
-    for (int k = 1; k < slots.count; ++k) sum = __fadd_rn(sum, part(k, reg, l));
+    float sum;
+    if (split == 1) {
+      sum = part(0, reg, l);
+      for (int k = 1; k < slots.count; ++k) sum = __fadd_rn(sum, part(k, reg, l));
+    } else {
+      // Every slot's load first (they are independent L2 reads), then the same additions.
+      float v[kMaxSlots];
+#pragma unroll
+      for (int k = 0; k < kMaxSlots; ++k) v[k] = k < slots.count ? __ldcg(split_at(k, o, r)) : 0.0f;
+      sum = v[0];
+#pragma unroll
+      for (int k = 1; k < kMaxSlots; ++k)
+        if (k < slots.count) sum = __fadd_rn(sum, v[k]);
+    }
     y[int64_t(r) * y_stride + o] = sum;
   }
 }
@@ -218,47 +329,90 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
 // Eight warps a block, each taking slots w, w + 8, ...: on the H200 this streamed the decode
 // product faster (1.33 TB/s) than a warp per slot (1.20 TB/s, all blocks in one wave waiting on
 // memory together, then computing together).
-template <int NT>
+constexpr int kLaunchWarps = 8;
+constexpr int kSplitBelowWaves = 2;  // launches of fewer tiles than this many waves are split
+
+constexpr int n_tiles_of(int rows) { return rows <= 8 ? 1 : rows <= 16 ? 2 : 4; }  // imma_matmul_group's NT
+
+// The most tiles a split launch has: fewer than kSplitBelowWaves waves, and a counter each.
+int max_split_tiles(int nt) {
+  return std::min(kSplitBelowWaves * blocks_per_sm(nt) * sm_count() - 1, kImmaSplitTiles);
+}
+
+// Blocks per tile: 1 (no split) for launches of kSplitBelowWaves waves or more; else 2 where
+// that reaches those waves, 4 otherwise (H200, 5120 outputs: 320 tiles, 396 slots a wave, so
+// 1280 blocks), and never more parts than slots.
+int split_of(int tiles, int slot_count, int nt) {
+  if (tiles > max_split_tiles(nt)) return 1;
+  int split = 2 * tiles >= kSplitBelowWaves * blocks_per_sm(nt) * sm_count() ? 2 : 4;
+  while (split > slot_count) split /= 2;
+  return split;
+}
+
+// Bytes of split partials past the Q8_K activations: a float per (slot, row, output) of every
+// tile a split launch can have.
+size_t split_part_bytes(int64_t n_in, int rows) {
+  if (rows > kRowsPerGroup) return 0;  // the prefill GEMM's calls
+  const int nt = n_tiles_of(rows);
+  const int tiles = std::max(max_split_tiles(nt), 0);
+  return size_t(tiles) * size_t(slots_of(int(n_in / kSb)).count) * 16 * size_t(rows) * sizeof(float);
+}
+
+template <int NT, bool kOneRow = false>
 void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
-                 int rows_pad, cudaStream_t s) {
+                 int rows_pad, float* split_part, unsigned* split_count, cudaStream_t s) {
   constexpr int MT = 1;
-  constexpr int kMaxWarps = 8;
   const int n_sb = int(n_in / kSb);
   const Slots slots = slots_of(n_sb);
-  const int warps = std::min(slots.count, kMaxWarps);
-  const size_t smem = size_t(slots.count) * MT * NT * 4 * kWarp * sizeof(float);
+  const unsigned groups = ceil_div(rows, kRowsPerGroup);
+  const int tiles = int(groups) * segs.first_block[segs.n];
+  const int split = split_count != nullptr && rows <= kRowsPerGroup ? split_of(tiles, slots.count, NT) : 1;
+  const int warps = std::min((slots.count + split - 1) / split, kLaunchWarps);
+  const size_t smem = split > 1 ? 0 : size_t(slots.count) * MT * NT * 4 * kWarp * sizeof(float);
   // Up to 64 KiB of dynamic shared memory (kMaxSlots x 16 x 32 floats); a refusal shows as the
   // launch error, which the caller checks.
-  (void)raise_smem_limit<imma_q4k_kernel<MT, NT, kMaxWarps>>(kMaxSlots * MT * NT * 4 * kWarp * int(sizeof(float)));
-  const unsigned groups = ceil_div(rows, kRowsPerGroup);
-  launch(imma_q4k_kernel<MT, NT, kMaxWarps>, dim3(groups, unsigned(segs.first_block[segs.n])), warps * kWarp, smem, s,
-      segs, n_sb, slots, xq, xd, xm, int(n_in), rows_pad, rows);
+  constexpr auto kernel = imma_q4k_kernel<MT, NT, kLaunchWarps, kOneRow>;
+  (void)raise_smem_limit<kernel>(kMaxSlots * MT * NT * 4 * kWarp * int(sizeof(float)));
+  launch(kernel, dim3(groups * unsigned(split), unsigned(segs.first_block[segs.n])), warps * kWarp, smem, s,
+      segs, n_sb, slots, xq, xd, xm, int(n_in), rows_pad, rows, split, split_part, split_count);
 }
 
 }  // namespace
 
 bool imma_supports(const Weight& w) { return mv::int8_tensor_core_supports(w.type, w.n_in, w.row_bytes, w.data); }
 
-size_t imma_scratch_bytes(const Weight& w, int rows) { return q8k_layout(w.n_in, (rows + 7) / 8 * 8).bytes; }
+size_t imma_scratch_bytes(const Weight& w, int rows) {
+  const size_t q8k = q8k_layout(w.n_in, (rows + 7) / 8 * 8).bytes;
+  return w.type == GgmlType::Q4_K ? q8k + split_part_bytes(w.n_in, rows) : q8k;
+}
+
+size_t q8k_fused_bytes(int64_t n_in, int rows) { return 2 * q8k_fused_q6k_offset(n_in, (rows + 7) / 8 * 8); }
 
 void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
-                       cudaStream_t s) {
+                       unsigned* split_counters, cudaStream_t s, const void* quantized) {
   if (n <= 0) return;
-  if (ws[0]->type == GgmlType::Q6_K) return imma_q6k_group(ws, ys, n, x, rows, scratch, s);
+  if (ws[0]->type == GgmlType::Q6_K) return imma_q6k_group(ws, ys, n, x, rows, scratch, s, quantized);
   const int64_t n_in = ws[0]->n_in;
   const int rows_pad = (rows + 7) / 8 * 8;
   const Q8kLayout l = q8k_layout(n_in, rows_pad);
   auto* base = static_cast<uint8_t*>(scratch);
-  auto* xq = reinterpret_cast<int8_t*>(base + l.q);
-  auto* xd = reinterpret_cast<float*>(base + l.d);
-  auto* xm = reinterpret_cast<uint2*>(base + l.m);
+  // The activations: quantized here, or by the producer of x (its Q4_K layout is first).
+  auto* acts = quantized != nullptr ? static_cast<uint8_t*>(const_cast<void*>(quantized)) : base;
+  auto* xq = reinterpret_cast<int8_t*>(acts + l.q);
+  auto* xd = reinterpret_cast<float*>(acts + l.d);
+  auto* xm = reinterpret_cast<uint2*>(acts + l.m);
+  auto* part = reinterpret_cast<float*>(base + l.bytes);  // split partials (split_part_bytes)
+  unsigned* const count = split_counters;
   const int n_sb = int(n_in / kSb);
-  launch(quantize_q8k_k, dim3(unsigned(n_sb), unsigned(rows_pad)), kWarp, 0, s, x, rows, rows_pad, int(n_in), xq, xd, xm);
+  if (quantized == nullptr)
+    launch(quantize_q8k_k, dim3(unsigned(n_sb), unsigned(rows_pad)), kWarp, 0, s, x, rows, rows_pad, int(n_in), xq, xd,
+           xm);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
     if (rows > kImmaGemmMinRows) imma_gemm(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    else if (rows <= 8) imma_launch<1>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    else if (rows <= 16) imma_launch<2>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    else imma_launch<4>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    else if (rows == 1) imma_launch<1, true>(segs, n_in, xq, xd, xm, rows, rows_pad, part, count, s);
+    else if (rows <= 8) imma_launch<1>(segs, n_in, xq, xd, xm, rows, rows_pad, part, count, s);
+    else if (rows <= 16) imma_launch<2>(segs, n_in, xq, xd, xm, rows, rows_pad, part, count, s);
+    else imma_launch<4>(segs, n_in, xq, xd, xm, rows, rows_pad, part, count, s);
   });
 }
 

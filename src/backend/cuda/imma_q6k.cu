@@ -28,13 +28,13 @@
 // via PRMT, 0 and 1 from its own). The activation layout follows the same rotation
 // (q6k_elem below), so that PRMT is all an odd super-block costs.
 //
-// Loads and registers. Every weight word of a super-block (12 per row: ql and qh; 5 more shared by
-// the row's four lanes: the scales and d) is issued before the first use, as in the Q4_K kernel,
-// which is bound by memory latency; the first super-block's even before waiting for the quantizer
-// (pdl_wait: weights are immutable; the kernel calls pdl_trigger first, as every matmul does, see
-// common.cuh). Activations come a quarter (four groups) at a time, the float part's inputs when
-// used: with the 34 weight words in flight that is what fits one n-tile in 80 registers (24 warps
-// an SM) without spilling.
+// Loads and registers. Every weight word of a super-block (13 per row: ql, qh and the lane's
+// scale word; 5 more shared by the row's four lanes: the scales and d) is issued before the first
+// use, as in the Q4_K kernel, which is bound by memory latency; the warp's first super-block's
+// even before waiting for the quantizer (pdl_wait: weights are immutable; the kernel calls
+// pdl_trigger first, as every matmul does, see common.cuh). Activations come half a super-block
+// (eight groups) at a time, the float part's inputs when used: with the 36 weight words in flight
+// that fits one n-tile in 80 registers (24 warps an SM) without spilling.
 #include <algorithm>
 #include <type_traits>
 
@@ -59,54 +59,54 @@ Q6kActs q6k_acts(void* scratch, int64_t n_in, int rows) {
                  reinterpret_cast<uint2*>(base + l.s), rows_pad};
 }
 
-// Q8_K (q8k_quantize_lane: the CPU's values) in Q6_K's format, one warp per (super-block b, row r).
+// Q8_K (q8k_quantize_lane: the CPU's values) in Q6_K's format (q8k_store_q6k), one warp per
+// (super-block b, row r).
 __global__ void __launch_bounds__(kWarp)
-    quantize_q8k_q6k_k(const float* __restrict__ x, int rows, int rows_pad, int n_in, int8_t* __restrict__ xq,
-                       float* __restrict__ xd, uint2* __restrict__ xs) {
+    quantize_q8k_q6k_k(const float* __restrict__ x, int rows, int n_in, Q6kActs a) {
   pdl_wait();
   pdl_trigger();
   const int b = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
   int q[8];
   const float d = q8k_quantize_lane(x, rows, n_in, b, r, lane, q);
-  const uint2 packed = q8k_pack(q);
-  int s = 0;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) s += q[j];
-  // Lanes 2j and 2j + 1 hold group j (16 elements) as words G0 G1 | G2 G3. Output word c of
-  // the group (slots 4c..4c+3) is G_c, or in odd super-blocks bytes 2, 3 of G_{c-1} and 0, 1
-  // of G_c (q6k_elem); lane 2j writes words 0, 1, lane 2j + 1 words 2, 3, at 64 c + 4 j.
-  const uint32_t ox = __shfl_xor_sync(0xffffffffu, packed.x, 1), oy = __shfl_xor_sync(0xffffffffu, packed.y, 1);
-  const bool second = lane & 1;
-  const uint32_t G[4] = {second ? ox : packed.x, second ? oy : packed.y, second ? packed.x : ox,
-                         second ? packed.y : oy};
-  const int j = lane / 2;
-  int8_t* out = xq + (int64_t(b) * rows_pad + r) * kSb + 4 * j;
-#pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    const int c = 2 * int(second) + k;
-    const uint32_t word = q6k_rot(b) == 0 ? G[c] : __byte_perm(G[(c + 3) % 4], G[c], 0x5432);
-    *reinterpret_cast<uint32_t*>(out + 64 * c) = word;
-  }
-  // Per-16 sums; lane c < 4 writes the low and high byte planes of slots 4c..4c+3.
-  s += __shfl_xor_sync(0xffffffffu, s, 1);
-  int t[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) t[i] = __shfl_sync(0xffffffffu, s, 2 * q6k_elem(b, 4 * (lane % 4) + i));
-  if (lane < 4) xs[(size_t(b) * rows_pad + r) * 4 + lane] = sum_byte_planes(t);
-  if (lane == 0) xd[size_t(b) * rows_pad + r] = d;
+  q8k_store_q6k(q, d, b, r, lane, a);
 }
 
-// w[c] for this lane's c, without indexing registers at run time.
-__device__ __forceinline__ uint32_t lane_word(const uint32_t (&w)[5], int c) {
-  const uint32_t lo = c & 1 ? w[1] : w[0], hi = c & 1 ? w[3] : w[2];
-  return c & 2 ? hi : lo;
+// Byte k of w as a signed int, one PRMT (selector bit 3 replicates the byte's sign).
+// (__byte_perm ignores that bit.) k is a constant once unrolled, so the selector is an immediate.
+__device__ __forceinline__ int signed_byte_prmt(uint32_t w, int k) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "r"(uint32_t(k | (8 | k) * 0x1110)));
+  return int(r);
+}
+
+// q6_values(ql_lo, qh, 0), (ql_hi, qh, 1), (ql_lo, qh, 2), (ql_hi, qh, 3), bit for bit, in
+// fewer instructions: qh's bit pairs of each chunk go to bits 4, 5 of each byte with bits 6, 7
+// clear, so one LOP3 select (low nibble from the ql side, high from the qh side) makes each
+// value, and the two masks of qh serve all four (11 instructions instead of 13).
+__device__ __forceinline__ void q6_values4(uint32_t (&v)[4], uint32_t ql_lo, uint32_t ql_hi, uint32_t qh) {
+  const uint32_t even = qh & 0x33333333u;  // chunk 0 at bits 0, 1, chunk 2 at 4, 5
+  const uint32_t odd = qh & 0xCCCCCCCCu;   // chunk 1 at bits 2, 3, chunk 3 at 6, 7
+  auto pick = [](uint32_t lo, uint32_t hi) { return (lo & 0x0F0F0F0Fu) | (hi & 0xF0F0F0F0u); };
+  v[0] = pick(ql_lo, even << 4);
+  v[1] = pick(ql_hi, odd << 2);
+  v[2] = pick(ql_lo >> 4, even);
+  v[3] = pick(ql_hi >> 4, odd >> 2);
 }
 
 // Blocks per SM the register budget must allow: 3 for one n-tile (24 warps to hide latency), 2 above.
-template <int NT>
+// The kernel issues instructions most of its time (as the Q4_K one, measured on the H200), so the
+// super-block loop is written for few of them (as imma_matmul.cu's): loop-invariant bases with
+// one wide multiply-add per address, the values of four groups from shared qh masks
+// (q6_values4), scales sign-extended by one PRMT each, the warp's first super-block peeled (it
+// alone waits for the quantizer) and no n-tile branches below four n-tiles. kOneRow (NT = 1, a
+// call of one row, plain decode): of the lane's columns 2c, 2c + 1 only even ones can be live,
+// so the odd ones' scale multiplies and float part are left out (a column's bits do not depend
+// on the others').
+template <int NT, bool kOneRow>
 __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
     imma_q6k_kernel(const Segments segs, int n_sb, Slots slots, const int8_t* __restrict__ xq,
                     const float* __restrict__ xd, const uint2* __restrict__ xs, int rows_pad, int rows) {
+  static_assert(!kOneRow || NT == 1, "one row is one n-tile");
   pdl_trigger();  // first: the next kernel may be scheduled while this one waits (see common.cuh)
   constexpr int kRegs = NT * 4;
   extern __shared__ float part_smem[];  // [slot][kRegs][kWarp]
@@ -114,25 +114,36 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
   const int g = lane / 4, c = lane % 4;
-  const BlockSegment bs = block_segment(segs, 16);
-  const uint8_t* const w = bs.w;
-  const size_t row_bytes = bs.row_bytes;
-  const int64_t n_out = bs.n_out;
-  float* const y = bs.y;
-  const int64_t y_stride = bs.y_stride;
-  const int64_t o0 = bs.o0;
   const int r0 = int(blockIdx.x) * kRowsPerGroup;
-  const int nt_live = min(NT, (rows_pad - r0) / 8);  // n-tiles with rows (uniform)
+  // n-tiles with rows (uniform). imma_q6k_group sends calls of 1-8 rows to one n-tile, 9-16 to
+  // two and 17-32 to four (one row group, r0 = 0), so only a fourth n-tile can lack rows.
+  const int nt_live = min(NT, (rows_pad - r0) / 8);
+  auto live = [&](int nt) { return nt < 3 || nt < nt_live; };
 
-  const uint8_t* wrow[2];  // weight rows g and g + 8 (tails: the last row, computed, not stored)
+  // Weight rows g, g + 8 (tails: the last row, computed, not stored). Super-block sb starts
+  // sb * kQ6kBytes further; less q6k_rot(sb), this lane's word of each 16-byte span is 4c
+  // further (spans 0..11: ql and qh; 12: the scales, the mma A operand of the offset).
+  const uint8_t* wrow[2];
+  {
+    const BlockSegment bs = block_segment(segs, 16);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) wrow[h] = w + size_t(min(o0 + g + 8 * h, n_out - 1)) * row_bytes;
-  // Activation row of column g of n-tile 0 (n-tile nt: 8 rows further). Decode (one n-tile):
-  // lanes of padding rows read row r0's bytes, the same sectors as a live lane's (no extra
-  // traffic); their columns of the products are never stored.
+    for (int h = 0; h < 2; ++h) wrow[h] = opaque(bs.w + size_t(min(bs.o0 + g + 8 * h, bs.n_out - 1)) * bs.row_bytes);
+  }
+  const uint32_t lane_off = opaque(4u * uint32_t(c));
+  // This lane's activations (column g of n-tile 0; n-tile nt is 8 rows further) in super-block
+  // 0: its 64 values, its word of the per-16 sums, and the Q8_K scales of columns 2c, 2c + 1.
+  // Super-block sb is sb * rows_pad rows further. Decode (one n-tile): lanes of padding rows
+  // read row r0's, the same sectors as a live lane's (no extra traffic); their mma columns are
+  // never stored, so no select zeroes them.
   const int x_row0 = NT == 1 && r0 + g >= rows ? r0 : r0 + g;
+  const int8_t* const xr = opaque(xq + size_t(x_row0) * kSb + 64 * c);
+  const uint8_t* const sr = opaque(reinterpret_cast<const uint8_t*>(xs + size_t(x_row0) * 4 + c));
+  const uint8_t* const dr = opaque(reinterpret_cast<const uint8_t*>(xd + r0 + 2 * c));
+  // The steps: rows_pad rows. Calls of one or two n-tiles have exactly their 8 NT rows
+  // (imma_q6k_group), so there the steps are immediates and take no registers.
+  const uint32_t pad = NT <= 2 ? 8u * NT : opaque(uint32_t(rows_pad));
+  const uint32_t x_step = pad * kSb, s_step = pad * 32u, d_step = pad * 4u;
   const uint32_t realign = c == 0 ? 0x3254u : 0x3210u;  // odd super-blocks (see the header)
-  bool waited = false;
 
   // Four n-tiles keep their float sums in the slot's shared memory (registers; the same
   // operations in the same order, so the results do not depend on where they are kept).
@@ -144,91 +155,113 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
       for (int i = 0; i < kRegs; ++i) part(slot, i, lane) = 0.0f;
     }
 
-    // One super-block; kRot = q6k_rot(sb), the block's offset from 4-byte alignment.
-    auto step = [&](auto rot_tag, int sb) {
+    // One super-block; kRot = q6k_rot(sb), the block's offset from 4-byte alignment; kFirst:
+    // the warp's first, whose weight loads go out before waiting for the quantizer (pdl_wait:
+    // weights are immutable).
+    auto step = [&](auto rot_tag, auto first_tag, int sb) {
       constexpr int kRot = decltype(rot_tag)::value;
-      uint32_t q[2][12], win[2][5];  // per row: ql/qh words (16-byte spans 0..11); bytes 192-kRot.. (scales, d)
+      constexpr bool kFirst = decltype(first_tag)::value;
+      const uint32_t sbu = uint32_t(sb);
+      uint32_t q[2][13], win[2][5];  // per row: spans 0..12; bytes 192-kRot.. (scales, d)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const uint8_t* al = wrow[h] + size_t(sb) * kQ6kBytes - kRot;
+        const uint8_t* const pb = wide_madd(wrow[h], sbu, kQ6kBytes) - kRot;
+        const uint8_t* const pq = wide_madd(pb, lane_off, 1u);  // the lane's word of span 0
 #pragma unroll
-        for (int s = 0; s < 12; ++s) q[h][s] = __ldg(reinterpret_cast<const unsigned*>(al + 16 * s + 4 * c));
+        for (int s = 0; s < 13; ++s) q[h][s] = __ldg(reinterpret_cast<const unsigned*>(pq + 16 * s));
 #pragma unroll
-        for (int i = 0; i < 5; ++i) win[h][i] = __ldg(reinterpret_cast<const unsigned*>(al + 192 + 4 * i));
+        for (int i = 0; i < 5; ++i) win[h][i] = __ldg(reinterpret_cast<const unsigned*>(pb + 192 + 4 * i));
       }
-      if (!waited) {  // the activations are the quantizer's output
-        pdl_wait();
-        waited = true;
-      }
+      if constexpr (kFirst) pdl_wait();  // the activations are the quantizer's output
 
-      if constexpr (kRot != 0) {
+      if constexpr (kRot != 0) {  // lane 0's words take bytes 0, 1 of the next
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
           for (int s = 0; s < 12; ++s) q[h][s] = __byte_perm(q[h][s], s < 11 ? q[h][s + 1] : win[h][0], realign);
       }
-      // This lane's row of the activations (column g of n-tile 0); n-tile nt is 8 rows further.
-      const size_t xi = size_t(sb) * rows_pad + x_row0;
+      const int8_t* const xp = wide_madd(xr, sbu, x_step);
+      const uint8_t* const sp = wide_madd(sr, sbu, s_step);
+      const uint8_t* const dp = wide_madd(dr, sbu, d_step);
 
       int isum[NT][4] = {};  // sum_j sc_j * dot_j, exact
+      // Groups j = 8 hh + 2 k + m take ql spans 4 hh + m (chunks k = 0, 2) and 4 hh + 2 + m
+      // (k = 1, 3) and qh span 8 + 2 hh + m. Activation quarter t (16 bytes per n-tile) holds
+      // groups 4t..4t+3: both quarters of a half are loaded at once, so that each (hh, m)'s four
+      // values are made together, sharing the qh masks. (A quarter at a time, four n-tiles
+      // spilled more.)
 #pragma unroll
-      for (int t = 0; t < 4; ++t) {  // groups a quarter (four) at a time: 16 activation bytes per n-tile
-        uint4 xt[NT];
+      for (int hh = 0; hh < 2; ++hh) {
+        uint4 xt[2][NT];  // quarters 2 hh, 2 hh + 1
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-          if (nt < nt_live) xt[nt] = __ldg(reinterpret_cast<const uint4*>(xq + (xi + 8 * nt) * kSb + 64 * c + 16 * t));
+        for (int tq = 0; tq < 2; ++tq)
 #pragma unroll
-        for (int jj = 0; jj < 4; ++jj) {
-          const int j = 4 * t + jj, hh = j / 8, k = (j / 2) % 4, m = j % 2;
-          const uint32_t a0 = q6_values(q[0][4 * hh + 2 * (k % 2) + m], q[0][8 + 2 * hh + m], k);
-          const uint32_t a1 = q6_values(q[1][4 * hh + 2 * (k % 2) + m], q[1][8 + 2 * hh + m], k);
-          const int sc0 = signed_byte(win[0][(j + kRot) / 4], (j + kRot) % 4);
-          const int sc1 = signed_byte(win[1][(j + kRot) / 4], (j + kRot) % 4);
+          for (int nt = 0; nt < NT; ++nt)
+            if (live(nt)) xt[tq][nt] = __ldg(reinterpret_cast<const uint4*>(xp + nt * 8 * kSb + 16 * (2 * hh + tq)));
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            if (nt >= nt_live) continue;  // uniform
-            const uint32_t b = jj == 0 ? xt[nt].x : jj == 1 ? xt[nt].y : jj == 2 ? xt[nt].z : xt[nt].w;
-            int d[4] = {0, 0, 0, 0};
-            imma_16816<true, false>(d, a0, a1, b);
-            isum[nt][0] += sc0 * d[0];
-            isum[nt][1] += sc0 * d[1];
-            isum[nt][2] += sc1 * d[2];
-            isum[nt][3] += sc1 * d[3];
+        for (int m = 0; m < 2; ++m) {
+          uint32_t a[2][4];  // [row][k]: the A operands of groups 8 hh + 2 k + m
+#pragma unroll
+          for (int h = 0; h < 2; ++h) q6_values4(a[h], q[h][4 * hh + m], q[h][4 * hh + 2 + m], q[h][8 + 2 * hh + m]);
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const int j = 8 * hh + 2 * k + m, jj = j % 4;
+            const int sc0 = signed_byte_prmt(win[0][(j + kRot) / 4], (j + kRot) % 4);
+            const int sc1 = signed_byte_prmt(win[1][(j + kRot) / 4], (j + kRot) % 4);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              if (!live(nt)) continue;  // uniform
+              const uint4& x = xt[k / 2][nt];
+              const uint32_t b = jj == 0 ? x.x : jj == 1 ? x.y : jj == 2 ? x.z : x.w;
+              int d[4] = {0, 0, 0, 0};
+              imma_16816<true, false>(d, a[0][k], a[1][k], b);
+              isum[nt][0] += sc0 * d[0];
+              if (!kOneRow) isum[nt][1] += sc0 * d[1];
+              isum[nt][2] += sc1 * d[2];
+              if (!kOneRow) isum[nt][3] += sc1 * d[3];
+            }
           }
         }
       }
 
       // Float part, once per super-block and (row, column), as the CPU's finish_q6k:
       // acc += (d_x * d) * (isum - 32 * sum_j sc_j * bsum_j), d_x of this lane's columns 2c, 2c + 1.
-      // The offset is one mma on the high byte planes of the per-16 sums (s8), times 256, plus one
-      // on the low planes (u8); A: this lane's scale slots 4c..4c+3 of rows g, g + 8.
+      // The offset's A operand: this lane's scale slots 4c..4c+3 of rows g, g + 8, its word of
+      // span 12, realigned as the others (lane 0's next word is d's).
       uint32_t asc[2];
       float dw[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        asc[h] = kRot != 0 && c == 0 ? __byte_perm(win[h][0], win[h][4], 0x3254) : lane_word(win[h], c);
+        asc[h] = kRot != 0 ? __byte_perm(q[h][12], win[h][4], realign) : q[h][12];
         dw[h] = __half2float(__ushort_as_half(static_cast<unsigned short>(kRot == 0 ? win[h][4] & 0xFFFF : win[h][4] >> 16)));
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        if (nt >= nt_live) continue;
-        const uint2 bsum = __ldg(xs + (xi + 8 * nt) * 4 + c);
-        const float2 dx = *reinterpret_cast<const float2*>(xd + size_t(sb) * rows_pad + r0 + nt * 8 + 2 * c);
+        if (!live(nt)) continue;
+        const uint2 bsum = __ldg(reinterpret_cast<const uint2*>(sp + nt * 8 * 32));
+        const float2 dx = __ldg(reinterpret_cast<const float2*>(dp + nt * 8 * 4));
         int off[4];
-        q6k_group_sums(off, asc[0], asc[1], bsum);
+        q6k_group_sums<kOneRow>(off, asc[0], asc[1], bsum);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
+          if (kOneRow && i % 2 == 1) continue;
           const float scale = __fmul_rn(i % 2 ? dx.y : dx.x, dw[i / 2]);
           float& a = kAccInSmem ? part(slot, nt * 4 + i, lane) : acc[nt][i];
           a = __fmaf_rn(scale, __int2float_rn(isum[nt][i] - 32 * off[i]), a);
         }
       }
     };
+    auto step_of = [&](auto first_tag, int sb) {
+      if (q6k_rot(sb) == 0) step(std::integral_constant<int, 0>{}, first_tag, sb);
+      else step(std::integral_constant<int, 2>{}, first_tag, sb);
+    };
 
-    for (int sb = slot * slots.per_slot; sb < min(n_sb, (slot + 1) * slots.per_slot); ++sb) {
-      if (q6k_rot(sb) == 0) step(std::integral_constant<int, 0>{}, sb);
-      else step(std::integral_constant<int, 2>{}, sb);
-    }
+    // Every slot has a super-block and every warp a slot (warps <= slots.count), so each warp
+    // waits once, in its first super-block.
+    int sb = slot * slots.per_slot;
+    const int sb_end = min(n_sb, sb + slots.per_slot);
+    if (slot == warp) step_of(std::true_type{}, sb++);
+    for (; sb < sb_end; ++sb) step_of(std::false_type{}, sb);
 
     if constexpr (!kAccInSmem) {
 #pragma unroll
@@ -237,26 +270,27 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
         for (int j = 0; j < 4; ++j) part(slot, nt * 4 + j, lane) = acc[nt][j];
     }
   }  // slot
-  if (!waited) pdl_wait();  // before writing y (every warp has a slot; kept for the rule's sake)
 
   // Sum the slots in slot order; thread t of the block finishes elements t, t + blockDim.x, ...
+  // (The block's segment is looked up again here: kept over the loop it took registers.)
+  const BlockSegment bs = block_segment(segs, 16);
   __syncthreads();
   for (int i = int(threadIdx.x); i < kRegs * kWarp; i += blockDim.x) {
     const int reg = i / kWarp, l = i % kWarp;
     const int nt = reg / 4, j = reg % 4;
-    const int64_t o = o0 + l / 4 + 8 * (j / 2);
+    const int64_t o = bs.o0 + l / 4 + 8 * (j / 2);
     const int r = r0 + nt * 8 + 2 * (l % 4) + (j % 2);
-    if (nt >= nt_live || o >= n_out || r >= rows) continue;
+    if (nt >= nt_live || o >= bs.n_out || r >= rows) continue;
     float sum = part(0, reg, l);
     for (int k = 1; k < slots.count; ++k) sum += part(k, reg, l);
-    y[int64_t(r) * y_stride + o] = sum;
+    bs.y[int64_t(r) * bs.y_stride + o] = sum;
   }
 }
 
 // As imma_matmul.cu's imma_launch: one block per 16 outputs of a segment (grid.y) and
 // kRowsPerGroup activation rows (grid.x), eight warps a block, each taking slots w, w + 8, ...;
 // shared memory holds each slot's NT * 4 partial sums per lane.
-template <int NT>
+template <int NT, bool kOneRow = false>
 void launch_q6k(const Segments& segs, int64_t n_in, const Q6kActs& a, int rows, cudaStream_t s) {
   const int n_sb = int(n_in / kSb);
   const Slots slots = slots_of(n_sb);
@@ -264,9 +298,10 @@ void launch_q6k(const Segments& segs, int64_t n_in, const Q6kActs& a, int rows, 
   const size_t smem = size_t(slots.count) * NT * 4 * kWarp * sizeof(float);
   // Up to 64 KiB of dynamic shared memory (kMaxSlots x 16 x 32 floats); a refusal shows as the
   // launch error, which the caller checks.
-  (void)raise_smem_limit<imma_q6k_kernel<NT>>(kMaxSlots * NT * 4 * kWarp * int(sizeof(float)));
+  constexpr auto kernel = imma_q6k_kernel<NT, kOneRow>;
+  (void)raise_smem_limit<kernel>(kMaxSlots * NT * 4 * kWarp * int(sizeof(float)));
   const dim3 grid(ceil_div(rows, kRowsPerGroup), unsigned(segs.first_block[segs.n]));
-  launch(imma_q6k_kernel<NT>, grid, dim3(warps * kWarp), smem, s, segs, n_sb, slots,
+  launch(kernel, grid, dim3(warps * kWarp), smem, s, segs, n_sb, slots,
          static_cast<const int8_t*>(a.q), static_cast<const float*>(a.d), static_cast<const uint2*>(a.s), a.rows_pad,
          rows);
 }
@@ -274,14 +309,20 @@ void launch_q6k(const Segments& segs, int64_t n_in, const Q6kActs& a, int rows, 
 }  // namespace
 
 void imma_q6k_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
-                    cudaStream_t s) {
+                    cudaStream_t s, const void* quantized) {
   if (n <= 0) return;
   const int64_t n_in = ws[0]->n_in;
+  if (quantized != nullptr) {  // the producer of x wrote them (q8k_fused_q6k_offset)
+    auto* fused = static_cast<uint8_t*>(const_cast<void*>(quantized));
+    scratch = fused + q8k_fused_q6k_offset(n_in, (rows + 7) / 8 * 8);
+  }
   const Q6kActs a = q6k_acts(scratch, n_in, rows);
-  launch(quantize_q8k_q6k_k, dim3(unsigned(n_in / kSb), unsigned(a.rows_pad)), dim3(kWarp), 0, s, x, rows, a.rows_pad,
-         int(n_in), a.q, a.d, a.s);
+  if (quantized == nullptr)
+    launch(quantize_q8k_q6k_k, dim3(unsigned(n_in / kSb), unsigned(a.rows_pad)), dim3(kWarp), 0, s, x, rows,
+           int(n_in), a);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
     if (rows > kImmaGemmMinRows) imma_q6k_gemm(segs, n_in, a, rows, s);
+    else if (rows == 1) launch_q6k<1, true>(segs, n_in, a, rows, s);
     else if (rows <= 8) launch_q6k<1>(segs, n_in, a, rows, s);
     else if (rows <= 16) launch_q6k<2>(segs, n_in, a, rows, s);
     else launch_q6k<4>(segs, n_in, a, rows, s);

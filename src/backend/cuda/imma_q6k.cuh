@@ -25,12 +25,15 @@ __host__ __device__ constexpr int q6k_elem(int64_t sb, int slot) { return (slot 
 // (weight rows g, g + 8 x activation rows 2c, 2c + 1): two mma of the rows' sixteen scales
 // (asc0, asc1: signed bytes) by the activations' per-16 sums as byte planes (bsum.y the signed
 // high bytes, bsum.x the unsigned low ones), exact. The kernels subtract 32 times it (the q - 32
-// offset) from the super-block's integer dot.
+// offset) from the super-block's integer dot. kEvenOnly: only off[0] and off[2] are used (one
+// activation row), so off[1] and off[3] skip their shifts and come out wrong.
+template <bool kEvenOnly = false>
 __device__ __forceinline__ void q6k_group_sums(int (&off)[4], uint32_t asc0, uint32_t asc1, uint2 bsum) {
   off[0] = off[1] = off[2] = off[3] = 0;
   imma_16816<false, false>(off, asc0, asc1, bsum.y);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) off[i] *= 256;
+  for (int i = 0; i < 4; ++i)
+    if (!kEvenOnly || i % 2 == 0) off[i] *= 256;
   imma_16816<false, true>(off, asc0, asc1, bsum.x);
 }
 
@@ -46,6 +49,38 @@ struct Q6kActs {
   uint2* s;   // [super-block][row][lane c]
   int rows_pad;
 };
+
+// Q8_K in Q6_K's format (above) for one (super-block b, row r), all 32 lanes of a warp with
+// their q8k_quantize_values results. Shared by imma_q6k.cu's quantizer and the norm kernels
+// that quantize their output (norm_rope.cu), so both write the same bytes.
+__device__ __forceinline__ void q8k_store_q6k(const int (&q)[8], float d, int b, int r, int lane, const Q6kActs& a) {
+  const uint2 packed = q8k_pack(q);
+  int s = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s += q[j];
+  // Lanes 2j and 2j + 1 hold group j (16 elements) as words G0 G1 | G2 G3. Output word c of
+  // the group (slots 4c..4c+3) is G_c, or in odd super-blocks bytes 2, 3 of G_{c-1} and 0, 1
+  // of G_c (q6k_elem); lane 2j writes words 0, 1, lane 2j + 1 words 2, 3, at 64 c + 4 j.
+  const uint32_t ox = __shfl_xor_sync(0xffffffffu, packed.x, 1), oy = __shfl_xor_sync(0xffffffffu, packed.y, 1);
+  const bool second = lane & 1;
+  const uint32_t G[4] = {second ? ox : packed.x, second ? oy : packed.y, second ? packed.x : ox,
+                         second ? packed.y : oy};
+  const int j = lane / 2;
+  int8_t* out = a.q + (int64_t(b) * a.rows_pad + r) * kSb + 4 * j;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int c = 2 * int(second) + k;
+    const uint32_t word = q6k_rot(b) == 0 ? G[c] : __byte_perm(G[(c + 3) % 4], G[c], 0x5432);
+    *reinterpret_cast<uint32_t*>(out + 64 * c) = word;
+  }
+  // Per-16 sums; lane c < 4 writes the low and high byte planes of slots 4c..4c+3.
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  int t[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) t[i] = __shfl_sync(0xffffffffu, s, 2 * q6k_elem(b, 4 * (lane % 4) + i));
+  if (lane < 4) a.s[(size_t(b) * a.rows_pad + r) * 4 + lane] = sum_byte_planes(t);
+  if (lane == 0) a.d[size_t(b) * a.rows_pad + r] = d;
+}
 
 // The four u8 values (0..63) of chunk k in one ql word (low nibbles for k < 2, high for k >= 2)
 // and the matching qh word (bits 2k, 2k + 1 of each byte).

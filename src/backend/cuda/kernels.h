@@ -36,10 +36,18 @@ void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scrat
 // imma_q6k_gemm.cu for Q6_K), which give each row the same bits. Up to 32 rows the decode kernel streams each weight once (one
 // group of four 8-row n-tiles); above, it streams it again per 32 rows, while the GEMM reads it
 // once per 64- or 128-row tile and reuses each unpacked fragment for 4 n-tiles.
+// Launches of few outputs are split over more blocks (imma_matmul.cu); those take
+// split_counters, kImmaSplitTiles counters the caller zeroes once, before its first call, and
+// keeps for its stream (the kernels leave them zero again; nullptr: no split). The scratch
+// holds the split partials too (imma_scratch_bytes).
+constexpr int kImmaSplitTiles = 4096;
 bool imma_supports(const Weight& w);
 size_t imma_scratch_bytes(const Weight& w, int rows);
+// quantized: null, or x's Q8_K activations as a norm kernel wrote them with its output
+// (rms_norm / add_rms_norm's q8k, q8k_fused_bytes for this x and rows): no quantizer runs.
 void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
-                       cudaStream_t s);
+                       unsigned* split_counters, cudaStream_t s, const void* quantized = nullptr);
+size_t q8k_fused_bytes(int64_t n_in, int rows);
 constexpr int kImmaGemmMinRows = 32;
 // imma_gemm.cu -- imma_matmul_group's two steps for Q4_K and rows > kImmaGemmMinRows, apart, so that
 // bench/matmul_kernels can time the GEMM alone: imma_quantize writes x's Q8_K form into scratch
@@ -72,11 +80,18 @@ void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_he
                     cudaStream_t s);
 
 // norm_rope.cu
+// q8k: null, or q8k_fused_bytes(dim, n) bytes into which the kernel also writes the Q8_K
+// activations of out for the integer tensor-core products (imma_matmul_group's `quantized`),
+// the bytes their quantizers would write; then out's floats are the same bits as without.
+// Only where norm_q8k_supports says so (else q8k must be null).
+constexpr int kNormQ8kMaxRows = kImmaGemmMinRows;
+bool norm_q8k_supports(const float* x, const float* y, size_t x_stride, const float* w, int n, int dim,
+                       const float* out, size_t out_stride);
 void rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, float eps, float* out,
-              size_t out_stride, cudaStream_t s);
+              size_t out_stride, cudaStream_t s, void* q8k = nullptr);
 // x += y (n contiguous vectors of dim), then rms_norm of x into out: one kernel.
 void add_rms_norm(float* x, const float* y, const float* w, int n, int dim, float eps, float* out, size_t out_stride,
-                  cudaStream_t s);
+                  cudaStream_t s, void* q8k = nullptr);
 void rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads, const int32_t* pos,
                int n_rot, float theta, cudaStream_t s);
 // Backend::qk_norm_rope: one kernel, bit-identical to the two rms_norm and two rope_neox launches.
@@ -118,8 +133,8 @@ void conv1d_silu(const float* x, size_t x_stride, int rows, int channels, const 
 void l2_norm_heads(float* x, size_t row_stride, int rows, int n_heads, int dim, float eps, float scale,
                    cudaStream_t s);
 void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v, cudaStream_t s);
-// Backend::gdn_conv_norm_gates: one kernel up to 32 rows, else the separate kernels; the same
-// bits either way.
+// Backend::gdn_conv_norm_gates: one kernel up to 32 rows (while rows x d_k floats fit 48 KB of
+// shared memory), else the separate kernels; the same bits either way.
 void gdn_conv_norm_gates(const GdnShape& shape, const float* x, size_t x_stride, int rows, const float* conv_w,
                          int kernel, float* conv_state, float* out, size_t out_stride, float eps, float q_scale,
                          float* beta, float* alpha, const float* a_coef, const float* dt_bias, cudaStream_t s);
@@ -134,8 +149,11 @@ size_t gdn_chunked_scratch_bytes(const GdnShape& shape, int rows);
 void gdn_delta_rule_chunked(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
                             const float* beta, int rows, float* S, float* out, float* scratch, cudaStream_t s);
 
-// argmax.cu -- out[r] (device) = argmax of the first n values of row r (x + r * stride) (ties: lowest index; NaN never wins; 0 if all NaN).
-void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out, cudaStream_t s);
+// argmax.cu -- int32 ids at the start of scratch (device memory of argmax_scratch_bytes(rows)
+// bytes; the rest holds per-chunk picks): id r = argmax of the first n values of row r
+// (x + r * stride) (ties: lowest index; NaN never wins; 0 if all NaN). Two kernels.
+size_t argmax_scratch_bytes(int rows);
+void argmax_rows(const float* x, int rows, int n, size_t stride, void* scratch, cudaStream_t s);
 
 // copy_indexed.cu -- Backend::copy_2d_indexed: rows from src + (*index) * index_bytes, the index
 // (device memory) read when the kernel runs.
