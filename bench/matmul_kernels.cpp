@@ -125,10 +125,8 @@ int main(int argc, char** argv) {
               "|---|---|---|---|---|---|---|---|---|---|---|\n");
   cudaStream_t s;
   check(cudaStreamCreate(&s), "stream");
-  unsigned* split_counters = nullptr;  // imma_matmul_group's, zeroed once (kernels.h)
-  const size_t counter_bytes = df::cuda::kImmaSplitTiles * sizeof(unsigned);
-  check(cudaMalloc(reinterpret_cast<void**>(&split_counters), counter_bytes), "cudaMalloc (counters)");
-  check(cudaMemset(split_counters, 0, counter_bytes), "zero the counters");
+  unsigned* sink = nullptr;  // the probes' never-written output
+  check(cudaMalloc(reinterpret_cast<void**>(&sink), sizeof(unsigned)), "cudaMalloc (sink)");
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   for (GgmlType t : kTypes) {
@@ -157,9 +155,7 @@ int main(int argc, char** argv) {
       check(cudaMalloc(reinterpret_cast<void**>(&y), size_t(max_rows) * size_t(sh.n_out) * sizeof(float)), "cudaMalloc (y)");
       check(cudaMemcpy(x, xh.data(), xh.size() * sizeof(float), cudaMemcpyHostToDevice), "upload x");
       Weight w0{t, sh.n_in, sh.n_out, dev, row_bytes};
-      size_t scratch_bytes = df::cuda::mma_scratch_bytes(w0, max_rows);
-      for (int rows : kRows)  // the split partials make calls of few rows need more
-        scratch_bytes = std::max(scratch_bytes, df::cuda::imma_scratch_bytes(w0, rows));
+      const size_t scratch_bytes = std::max(df::cuda::imma_scratch_bytes(w0, max_rows), df::cuda::mma_scratch_bytes(w0, max_rows));
       check(cudaMalloc(&scratch, scratch_bytes), "cudaMalloc (scratch)");
 
       struct Kernel {
@@ -168,6 +164,13 @@ int main(int argc, char** argv) {
         int min_rows, max_rows;
         std::function<void(int)> prepare;  // untimed, before the timed calls of a row count
         std::function<void(const Weight&, int)> run;
+      };
+      // The Q4_K decode kernel's reads alone, in its layout and in a tile-contiguous one.
+      auto probe = [&](const char* name, bool tile, int ahead) {
+        return Kernel{name, t == GgmlType::Q4_K && sh.n_out % 16 == 0, 1, 1, nullptr,
+                      [&, tile, ahead](const Weight& w, int) {
+                        df::cuda::q4k_pattern_probe(w.data, sh.n_in, sh.n_out, row_bytes, tile, ahead, sink, s);
+                      }};
       };
       auto gemm_shape = [&](const char* name, df::cuda::ImmaGemmShape shape) {
         return Kernel{name, t == GgmlType::Q4_K && df::cuda::imma_supports(w0), 128, max_rows,
@@ -179,7 +182,7 @@ int main(int argc, char** argv) {
            [&](const Weight& w, int rows) {
              const Weight* ws[1] = {&w};
              float* ys[1] = {y};
-             df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, split_counters, s);
+             df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, s);
            }},
           {"imma GEMM alone (x quantized before)", t == GgmlType::Q4_K && df::cuda::imma_supports(w0),
            df::cuda::kImmaGemmMinRows + 1, max_rows,
@@ -189,6 +192,10 @@ int main(int argc, char** argv) {
           gemm_shape("imma GEMM 128x64, 4 warps", df::cuda::ImmaGemmShape::k128x64Warps4),
           gemm_shape("imma GEMM 128x128, 8 warps", df::cuda::ImmaGemmShape::k128x128Warps8),
           gemm_shape("imma GEMM 128x128, 16 warps", df::cuda::ImmaGemmShape::k128x128Warps16),
+          probe("probe: reads only, GGUF rows, 1 super-block in flight", false, 1),
+          probe("probe: reads only, GGUF rows, 3 in flight", false, 3),
+          probe("probe: reads only, tile-contiguous, 1 in flight", true, 1),
+          probe("probe: reads only, tile-contiguous, 3 in flight", true, 3),
           {"mma (f16 tensor cores)", df::cuda::mma_supports(w0), 1, max_rows, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
           {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, kMvMaxRows, nullptr,
@@ -237,7 +244,7 @@ int main(int argc, char** argv) {
       cudaFree(dev);
     }
   }
-  cudaFree(split_counters);
+  cudaFree(sink);
   cudaStreamDestroy(s);
   return 0;
 }

@@ -59,7 +59,10 @@ for line in open(sys.argv[1]):
 # tau counts only the steps that speculated; "spec share" is the share of generated tokens those
 # steps committed (the adaptive policy turns speculation off where it does not pay, so compare
 # tau across devices or builds at full width: --draft-adaptive false).
-print(f"{'prompts':8} {'temp':5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'tau':>6} {'accepted/drafted':>17} {'spec share':>10}")
+# ms/draft step and ms/plain step: the speculative run's mean wall time per step of each kind
+# (host work included), against the plain run's ms/token: what the policy compares.
+print(f"{'prompts':8} {'temp':5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'tau':>6} {'accepted/drafted':>17} {'spec share':>10}"
+      f" {'ms/draft step':>13} {'ms/plain step':>13} {'plain run ms/token':>18}")
 for (s, temp), m in sorted(rows.items()):
     plain = statistics.median(r["decode_tok_s"] for r in m["plain"])
     spec = statistics.median(r["decode_tok_s"] for r in m["spec"])
@@ -69,5 +72,10 @@ for (s, temp), m in sorted(rows.items()):
     tau = (acc + steps) / steps if steps else 0
     generated = sum(r.get("generated_tokens", 0) for r in m["spec"])
     share = (acc + steps) / generated if generated else 0
-    print(f"{s:8} {temp:5} {plain:12.1f} {spec:11.1f} {spec / plain:7.2f}x {tau:6.2f} {acc:8}/{drafted:<8} {share:9.0%}")
+    plain_steps = sum(r.get("plain_steps", 0) for r in m["spec"])
+    draft_ms = 1e3 * sum(r.get("draft_step_seconds", 0) for r in m["spec"]) / steps if steps else 0
+    plain_ms = 1e3 * sum(r.get("plain_step_seconds", 0) for r in m["spec"]) / plain_steps if plain_steps else 0
+    plain_run_ms = 1e3 * sum(r["decode_seconds"] for r in m["plain"]) / max(1, sum(r["generated_tokens"] - 1 for r in m["plain"]))
+    print(f"{s:8} {temp:5} {plain:12.1f} {spec:11.1f} {spec / plain:7.2f}x {tau:6.2f} {acc:8}/{drafted:<8} {share:9.0%}"
+          f" {draft_ms:13.3f} {plain_ms:13.3f} {plain_run_ms:18.3f}")
 PY

@@ -90,6 +90,8 @@ void generate_one(const RunArgs& a, const LoadedModel& m, SpecDecoder* spec, Gen
       j["drafted_tokens"] = st.drafted_tokens;
       j["accepted_tokens"] = st.accepted_tokens;
       j["mean_accept_len"] = st.mean_accept_len();
+      j["draft_step_seconds"] = st.draft_step_seconds;
+      j["plain_step_seconds"] = st.plain_step_seconds;
     }
     std::fprintf(stderr, "%s\n", j.dump().c_str());
   } else {

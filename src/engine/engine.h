@@ -38,10 +38,9 @@ struct EngineOptions {
   SpecOptions spec;        // speculation policy, when the engine has a draft source
   // Plain sampled rows (top_k on, no penalties, bias or logprobs) download their top-k
   // candidates, not the logits (ForwardOutput::top_k_only); the tokens are the same either
-  // way. Off by default until the CUDA kernel (backend/cuda/top_k.cu) has passed its GPU tests
-  // (CudaOps.TopKRows*, CudaTopK.*: written without a GPU in session 7, not yet run); the
-  // tests turn it on and compare the two paths.
-  bool device_top_k = false;
+  // way (the tests turn it off and on and compare; on the H200 the CUDA kernel passed
+  // CudaOps.TopKRows* and CudaTopK.* in session 8).
+  bool device_top_k = true;
 };
 
 // One committed token as the request sees it.

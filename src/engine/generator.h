@@ -18,9 +18,8 @@ struct GenerateOptions {
   int max_new_tokens = 128;
   int prefill_chunk = 512;    // rows per prefill forward (<= the model's max_batch_rows)
   bool stop_at_eog = true;    // stop on end-of-generation tokens
-  // Sampling that reads only the top top_k logits downloads those (Engine's option of the name,
-  // off by default for the same reason).
-  bool device_top_k = false;
+  // Sampling that reads only the top top_k logits downloads those (Engine's option of the name).
+  bool device_top_k = true;
   SamplingParams sampling;
 };
 
@@ -35,6 +34,9 @@ struct GenerateStats {
   int plain_steps = 0;      // one-row forwards while speculation was off (policy) or out of room
   int drafted_tokens = 0;   // drafts verified
   int accepted_tokens = 0;  // drafts kept
+  // Wall seconds of the draft steps (draft, verify, commit) and of the plain steps, host work
+  // included: what the policy weighs, and where a run's time went.
+  double draft_step_seconds = 0, plain_step_seconds = 0;
   // Per draft step, in order: drafts verified and drafts accepted (the acceptance profile).
   std::vector<int> step_drafts, step_accepted;
   // tau: tokens committed per draft step, counting the target's own (bonus) token.

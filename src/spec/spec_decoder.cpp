@@ -162,7 +162,9 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
     } else {
       st.plain_steps++;
     }
-    policy_.record(now_seconds() - s0, kept, n);
+    const double step_seconds = now_seconds() - s0;
+    (n > 0 ? st.draft_step_seconds : st.plain_step_seconds) += step_seconds;
+    policy_.record(step_seconds, kept, n);
     if (done) break;
     if (w.next)
       anchor = *w.next;

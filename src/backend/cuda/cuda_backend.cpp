@@ -37,10 +37,6 @@ CudaBackend::CudaBackend(int device, bool fuse_quantize) : device_(device), fuse
   check(cudaMalloc(reinterpret_cast<void**>(&argmax_dev_), cuda::argmax_scratch_bytes(kArgmaxRows)),
         "argmax_rows (scratch)");
   argmax_cap_ = kArgmaxRows;
-  // Zeroed once; the split matmul kernels leave them zero (kernels.h imma_matmul_group).
-  const size_t counter_bytes = cuda::kImmaSplitTiles * sizeof(unsigned);
-  check(cudaMalloc(reinterpret_cast<void**>(&imma_split_counters_), counter_bytes), "matmul split counters");
-  check(cudaMemsetAsync(imma_split_counters_, 0, counter_bytes, s), "matmul split counters");
 }
 
 CudaBackend::~CudaBackend() {
@@ -55,7 +51,6 @@ CudaBackend::~CudaBackend() {
   cudaFree(attn_scratch_);
   cudaFree(gdn_scratch_);
   cudaFree(argmax_dev_);
-  cudaFree(imma_split_counters_);
   cudaFree(top_k_scratch_);
   cudaFree(fused_q8k_);
   cudaStreamDestroy(as_stream(stream_));
@@ -234,7 +229,7 @@ void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
     const Weight* ws[1] = {&w};
     float* ys[1] = {y};
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::imma_scratch_bytes(w, rows), "matmul");
-    cuda::imma_matmul_group(ws, ys, 1, x, rows, mma_scratch_, imma_split_counters_, as_stream(stream_),
+    cuda::imma_matmul_group(ws, ys, 1, x, rows, mma_scratch_, as_stream(stream_),
                             fused_q8k_of(fused, x, rows, w.n_in));
     check_launch("matmul");
     return;
@@ -287,7 +282,7 @@ void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys,
     }
     enter();
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::imma_scratch_bytes(lead, rows), "matmul");
-    cuda::imma_matmul_group(grp, grp_y, m, x, rows, mma_scratch_, imma_split_counters_, as_stream(stream_),
+    cuda::imma_matmul_group(grp, grp_y, m, x, rows, mma_scratch_, as_stream(stream_),
                             fused_q8k_of(fused, x, rows, lead.n_in));
     check_launch("matmul");
   }

@@ -145,7 +145,6 @@ class CudaBackend : public Backend {
   // argmax_rows results before the download, then the kernels' per-chunk picks (grow-only)
   int32_t* argmax_dev_ = nullptr;
   int argmax_cap_ = 0;  // in rows: cuda::argmax_scratch_bytes(argmax_cap_) bytes
-  unsigned* imma_split_counters_ = nullptr;  // cuda::kImmaSplitTiles, zero between launches
   void* top_k_scratch_ = nullptr;  // top_k_rows results and per-chunk lists (grow-only)
   size_t top_k_scratch_cap_ = 0;   // in bytes
   std::vector<uint32_t> top_k_host_;  // the downloaded results before the split (grow-only)

@@ -29,14 +29,6 @@
 // block then sums the slots in slot order. Integer sums are exact, so a row's result never
 // depends on the other rows of the call or on how many warps shared the slots
 // (tests/test_cuda_ops.cpp RowsAreBatchInvariant), which speculation relies on.
-//
-// Split launches. A product with few outputs (5120: 320 blocks) fills less than one wave of the
-// GPU's block slots and streams slowly (H200: 1.5-2.0 TB/s, against 2.6 for 2176 blocks). Below
-// kSplitBelowWaves waves each tile (a block's 16 outputs x 32 rows) is spread over `split`
-// blocks, each taking a contiguous range of the slots. They write their slots' partials, the
-// very values an unsplit block keeps in shared memory, to the scratch; the tile's last block
-// to finish (a counter per tile) sums all of them in slot order, as the unsplit epilogue does,
-// so every output has the same bits whether split or not.
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -61,17 +53,13 @@ constexpr int blocks_per_sm(int nt) { return nt == 1 ? 3 : 2; }
 // selects for padding rows. kOneRow (NT = 1, a call of one row, plain decode): of the lane's
 // columns 2c, 2c + 1 only even ones can be live, so the odd ones' scale multiplies and float
 // part are left out (a column's bits do not depend on the others').
-// Split (split > 1, see the header comment): block x of a row group's `split` takes part x %
-// split of the slots; split_part is the scratch of the partials, split_count the tile counters
-// (zero before the launch, zero again after it).
 template <int MT, int NT, int kMaxWarps, bool kOneRow>
 __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
     imma_q4k_kernel(const Segments segs, int n_sb, Slots slots, const int8_t* __restrict__ xq,
-                    const float* __restrict__ xd, const uint2* __restrict__ xm, int n_in, int rows_pad, int rows,
-                    int split, float* split_part, unsigned* split_count) {
+                    const float* __restrict__ xd, const uint2* __restrict__ xm, int n_in, int rows_pad, int rows) {
   pdl_trigger();  // first: the next kernel may be scheduled while this one waits (see common.cuh)
   constexpr int kRegs = MT * NT * 4;
-  extern __shared__ float part_smem[];  // [slot][kRegs][kWarp], unsplit launches only
+  extern __shared__ float part_smem[];  // [slot][kRegs][kWarp]
   auto part = [&](int slot, int reg, int l) -> float& { return part_smem[(slot * kRegs + reg) * kWarp + l]; };
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
@@ -83,18 +71,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
   float* const y = bs.y;
   const int64_t y_stride = bs.y_stride;
   const int64_t o0 = bs.o0;
-  const int group = int(blockIdx.x) / split, split_i = int(blockIdx.x) % split;
-  const int r0 = group * kRowsPerGroup;
-  const int slot_begin = split_i * slots.count / split, slot_end = (split_i + 1) * slots.count / split;
-  // A split tile's partials: [slot][row - r0][output - o0], for its live (row, output) pairs only.
-  // Computed where used from the launch's constants (registers are short in the wide kernels).
-  auto tile_of = [&] { return int(blockIdx.y) * (int(gridDim.x) / split) + int(blockIdx.x) / split; };
-  auto split_at = [&](int slot, int64_t o, int r) -> float* {
-    const int tile_rows = min(rows, kRowsPerGroup);
-    const size_t tile_floats = size_t(slots.count) * size_t(16 * MT * tile_rows);
-    return split_part + size_t(tile_of()) * tile_floats +
-           (size_t(slot) * size_t(tile_rows) + size_t(r - r0)) * size_t(16 * MT) + size_t(o - o0);
-  };
+  const int r0 = int(blockIdx.x) * kRowsPerGroup;
   // n-tiles with rows (uniform). imma_matmul_group sends one n-tile calls of 1-8 rows and two
   // n-tile calls of 9-16, so below three n-tiles all are live and the loops have no branch.
   const int nt_live = NT <= 2 ? NT : min(NT, (rows_pad - r0) / 8);
@@ -134,11 +111,10 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
   const uint32_t mn_low_mask = opaque(c < 2 ? 0x0F0F0F0Fu : 0u), mn_top_mask = opaque(c < 2 ? 0x30303030u : 0u);
   const uint32_t mn_top_shift = opaque(2u * uint32_t(c)), mn_from_w = opaque(c == 1 ? 1u : 0u);
 
-  for (int slot = slot_begin + warp; slot < slot_end; slot += n_warps) {
+  for (int slot = warp; slot < slots.count; slot += n_warps) {
   float acc[MT][NT][4] = {};
 
-  // Opaque: computed once per slot (the split launches' slot bounds made the compiler redo it per super-block).
-  const int sb_end = int(opaque(uint32_t(min(n_sb, (slot + 1) * slots.per_slot))));
+  const int sb_end = min(n_sb, (slot + 1) * slots.per_slot);
   for (int sb = slot * slots.per_slot; sb < sb_end; ++sb) {
     // This super-block's addresses: one wide multiply-add each from a loop-invariant base.
     const uint32_t sbu = uint32_t(sb);
@@ -271,57 +247,19 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (split == 1) {
-          part(slot, (mt * NT + nt) * 4 + j, lane) = acc[mt][nt][j];
-        } else {  // only what the final sum reads: padding rows and tail outputs are never read
-          const int64_t o = o0 + mt * 16 + g + 8 * (j / 2);
-          const int r = r0 + nt * 8 + 2 * c + (j % 2);
-          if (o < n_out && r < rows) *split_at(slot, o, r) = acc[mt][nt][j];
-        }
-      }
+      for (int j = 0; j < 4; ++j) part(slot, (mt * NT + nt) * 4 + j, lane) = acc[mt][nt][j];
   }  // slot
 
-  if (split > 1) {
-    // The tile's last block to arrive sums it. Release: each thread's partials are fenced before
-    // the barrier, and the barrier comes before thread 0's arrival; atomicInc wraps the counter
-    // back to zero at the last arrival, ready for the next launch or graph replay. Acquire:
-    // thread 0 fences after seeing every other block's arrival, before the barrier that lets
-    // the block's threads read (through L2: __ldcg, never the read-only path).
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      last = atomicInc(split_count + tile_of(), unsigned(split - 1)) == unsigned(split - 1);
-      __threadfence();
-    }
-    __syncthreads();
-    if (!last) return;
-  } else {
-    __syncthreads();
-  }
-
   // Sum the slots in slot order; thread t of the block finishes elements t, t + blockDim.x, ...
+  __syncthreads();
   for (int i = int(threadIdx.x); i < kRegs * kWarp; i += blockDim.x) {
     const int reg = i / kWarp, l = i % kWarp;
     const int mt = reg / (NT * 4), nt = (reg / 4) % NT, j = reg % 4;
     const int64_t o = o0 + mt * 16 + l / 4 + 8 * (j / 2);
     const int r = r0 + nt * 8 + 2 * (l % 4) + (j % 2);
     if (nt >= nt_live || o >= n_out || r >= rows) continue;
-    float sum;
-    if (split == 1) {
-      sum = part(0, reg, l);
-      for (int k = 1; k < slots.count; ++k) sum = __fadd_rn(sum, part(k, reg, l));
-    } else {
-      // Every slot's load first (they are independent L2 reads), then the same additions.
-      float v[kMaxSlots];
-#pragma unroll
-      for (int k = 0; k < kMaxSlots; ++k) v[k] = k < slots.count ? __ldcg(split_at(k, o, r)) : 0.0f;
-      sum = v[0];
-#pragma unroll
-      for (int k = 1; k < kMaxSlots; ++k)
-        if (k < slots.count) sum = __fadd_rn(sum, v[k]);
-    }
+    float sum = part(0, reg, l);
+    for (int k = 1; k < slots.count; ++k) sum = __fadd_rn(sum, part(k, reg, l));
     y[int64_t(r) * y_stride + o] = sum;
   }
 }
@@ -329,67 +267,34 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
 // Eight warps a block, each taking slots w, w + 8, ...: on the H200 this streamed the decode
 // product faster (1.33 TB/s) than a warp per slot (1.20 TB/s, all blocks in one wave waiting on
 // memory together, then computing together).
-constexpr int kLaunchWarps = 8;
-constexpr int kSplitBelowWaves = 2;  // launches of fewer tiles than this many waves are split
-
-constexpr int n_tiles_of(int rows) { return rows <= 8 ? 1 : rows <= 16 ? 2 : 4; }  // imma_matmul_group's NT
-
-// The most tiles a split launch has: fewer than kSplitBelowWaves waves, and a counter each.
-int max_split_tiles(int nt) {
-  return std::min(kSplitBelowWaves * blocks_per_sm(nt) * sm_count() - 1, kImmaSplitTiles);
-}
-
-// Blocks per tile: 1 (no split) for launches of kSplitBelowWaves waves or more; else 2 where
-// that reaches those waves, 4 otherwise (H200, 5120 outputs: 320 tiles, 396 slots a wave, so
-// 1280 blocks), and never more parts than slots.
-int split_of(int tiles, int slot_count, int nt) {
-  if (tiles > max_split_tiles(nt)) return 1;
-  int split = 2 * tiles >= kSplitBelowWaves * blocks_per_sm(nt) * sm_count() ? 2 : 4;
-  while (split > slot_count) split /= 2;
-  return split;
-}
-
-// Bytes of split partials past the Q8_K activations: a float per (slot, row, output) of every
-// tile a split launch can have.
-size_t split_part_bytes(int64_t n_in, int rows) {
-  if (rows > kRowsPerGroup) return 0;  // the prefill GEMM's calls
-  const int nt = n_tiles_of(rows);
-  const int tiles = std::max(max_split_tiles(nt), 0);
-  return size_t(tiles) * size_t(slots_of(int(n_in / kSb)).count) * 16 * size_t(rows) * sizeof(float);
-}
-
 template <int NT, bool kOneRow = false>
 void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
-                 int rows_pad, float* split_part, unsigned* split_count, cudaStream_t s) {
+                 int rows_pad, cudaStream_t s) {
   constexpr int MT = 1;
+  constexpr int kMaxWarps = 8;
   const int n_sb = int(n_in / kSb);
   const Slots slots = slots_of(n_sb);
-  const unsigned groups = ceil_div(rows, kRowsPerGroup);
-  const int tiles = int(groups) * segs.first_block[segs.n];
-  const int split = split_count != nullptr && rows <= kRowsPerGroup ? split_of(tiles, slots.count, NT) : 1;
-  const int warps = std::min((slots.count + split - 1) / split, kLaunchWarps);
-  const size_t smem = split > 1 ? 0 : size_t(slots.count) * MT * NT * 4 * kWarp * sizeof(float);
+  const int warps = std::min(slots.count, kMaxWarps);
+  const size_t smem = size_t(slots.count) * MT * NT * 4 * kWarp * sizeof(float);
   // Up to 64 KiB of dynamic shared memory (kMaxSlots x 16 x 32 floats); a refusal shows as the
   // launch error, which the caller checks.
-  constexpr auto kernel = imma_q4k_kernel<MT, NT, kLaunchWarps, kOneRow>;
+  constexpr auto kernel = imma_q4k_kernel<MT, NT, kMaxWarps, kOneRow>;
   (void)raise_smem_limit<kernel>(kMaxSlots * MT * NT * 4 * kWarp * int(sizeof(float)));
-  launch(kernel, dim3(groups * unsigned(split), unsigned(segs.first_block[segs.n])), warps * kWarp, smem, s,
-      segs, n_sb, slots, xq, xd, xm, int(n_in), rows_pad, rows, split, split_part, split_count);
+  const unsigned groups = ceil_div(rows, kRowsPerGroup);
+  launch(kernel, dim3(groups, unsigned(segs.first_block[segs.n])), warps * kWarp, smem, s,
+      segs, n_sb, slots, xq, xd, xm, int(n_in), rows_pad, rows);
 }
 
 }  // namespace
 
 bool imma_supports(const Weight& w) { return mv::int8_tensor_core_supports(w.type, w.n_in, w.row_bytes, w.data); }
 
-size_t imma_scratch_bytes(const Weight& w, int rows) {
-  const size_t q8k = q8k_layout(w.n_in, (rows + 7) / 8 * 8).bytes;
-  return w.type == GgmlType::Q4_K ? q8k + split_part_bytes(w.n_in, rows) : q8k;
-}
+size_t imma_scratch_bytes(const Weight& w, int rows) { return q8k_layout(w.n_in, (rows + 7) / 8 * 8).bytes; }
 
 size_t q8k_fused_bytes(int64_t n_in, int rows) { return 2 * q8k_fused_q6k_offset(n_in, (rows + 7) / 8 * 8); }
 
 void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
-                       unsigned* split_counters, cudaStream_t s, const void* quantized) {
+                       cudaStream_t s, const void* quantized) {
   if (n <= 0) return;
   if (ws[0]->type == GgmlType::Q6_K) return imma_q6k_group(ws, ys, n, x, rows, scratch, s, quantized);
   const int64_t n_in = ws[0]->n_in;
@@ -401,18 +306,16 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
   auto* xq = reinterpret_cast<int8_t*>(acts + l.q);
   auto* xd = reinterpret_cast<float*>(acts + l.d);
   auto* xm = reinterpret_cast<uint2*>(acts + l.m);
-  auto* part = reinterpret_cast<float*>(base + l.bytes);  // split partials (split_part_bytes)
-  unsigned* const count = split_counters;
   const int n_sb = int(n_in / kSb);
   if (quantized == nullptr)
     launch(quantize_q8k_k, dim3(unsigned(n_sb), unsigned(rows_pad)), kWarp, 0, s, x, rows, rows_pad, int(n_in), xq, xd,
            xm);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
     if (rows > kImmaGemmMinRows) imma_gemm(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    else if (rows == 1) imma_launch<1, true>(segs, n_in, xq, xd, xm, rows, rows_pad, part, count, s);
-    else if (rows <= 8) imma_launch<1>(segs, n_in, xq, xd, xm, rows, rows_pad, part, count, s);
-    else if (rows <= 16) imma_launch<2>(segs, n_in, xq, xd, xm, rows, rows_pad, part, count, s);
-    else imma_launch<4>(segs, n_in, xq, xd, xm, rows, rows_pad, part, count, s);
+    else if (rows == 1) imma_launch<1, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    else if (rows <= 8) imma_launch<1>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    else if (rows <= 16) imma_launch<2>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    else imma_launch<4>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
   });
 }
 

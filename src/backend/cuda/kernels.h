@@ -36,17 +36,12 @@ void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scrat
 // imma_q6k_gemm.cu for Q6_K), which give each row the same bits. Up to 32 rows the decode kernel streams each weight once (one
 // group of four 8-row n-tiles); above, it streams it again per 32 rows, while the GEMM reads it
 // once per 64- or 128-row tile and reuses each unpacked fragment for 4 n-tiles.
-// Launches of few outputs are split over more blocks (imma_matmul.cu); those take
-// split_counters, kImmaSplitTiles counters the caller zeroes once, before its first call, and
-// keeps for its stream (the kernels leave them zero again; nullptr: no split). The scratch
-// holds the split partials too (imma_scratch_bytes).
-constexpr int kImmaSplitTiles = 4096;
 bool imma_supports(const Weight& w);
 size_t imma_scratch_bytes(const Weight& w, int rows);
 // quantized: null, or x's Q8_K activations as a norm kernel wrote them with its output
 // (rms_norm / add_rms_norm's q8k, q8k_fused_bytes for this x and rows): no quantizer runs.
 void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
-                       unsigned* split_counters, cudaStream_t s, const void* quantized = nullptr);
+                       cudaStream_t s, const void* quantized = nullptr);
 size_t q8k_fused_bytes(int64_t n_in, int rows);
 constexpr int kImmaGemmMinRows = 32;
 // imma_gemm.cu -- imma_matmul_group's two steps for Q4_K and rows > kImmaGemmMinRows, apart, so that
@@ -164,6 +159,11 @@ void copy_2d_indexed(void* dst, size_t dst_pitch, const void* src, size_t src_pi
 // roofline (a decode step only reads its weights; a copy also writes). *sink is never written
 // for real data; it keeps the loads from being optimised away.
 void read_probe(const void* data, size_t bytes, unsigned* sink, cudaStream_t s);
+// The Q4_K decode kernel's weight reads alone (no arithmetic), in the GGUF layout or a
+// tile-contiguous one (same bytes reinterpreted; n_out a multiple of 16), with 1 or 3
+// super-blocks a warp in flight (ahead): bench/matmul_kernels' access-pattern probe.
+void q4k_pattern_probe(const void* w, int64_t n_in, int64_t n_out, size_t row_bytes, bool tile_layout, int ahead,
+                       unsigned* sink, cudaStream_t s);
 
 // top_k.cu -- per row of x (as argmax_rows) the top k (1 <= k <= min(n, kMaxDeviceTopK)) in the
 // order of backend/top_k_order.h: rows * k ids, then rows * k values, at the start of scratch
