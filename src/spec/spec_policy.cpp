@@ -15,6 +15,12 @@ constexpr int kMaxBackoff = 16;
 constexpr int kWidthProbes = 2;       // steps measured at each narrower width before choosing
 constexpr int kRefreshEvery = 16;     // speculative steps between re-measurements
 constexpr int kProbeSteps = 2;        // speculative steps of a re-probe before it is judged
+// Acceptance statistics: the weight (in steps) a new request gives the shared profile, and the
+// decay per observation of a request's own counts (a window of ~50: acceptance moves with the
+// text) and of the shared profile (~100).
+constexpr double kPriorSteps = 8;
+constexpr double kOwnDecay = 0.98;
+constexpr double kSharedDecay = 0.99;
 }  // namespace
 
 void SpecPolicy::reset() {
@@ -23,8 +29,8 @@ void SpecPolicy::reset() {
   widest_seen_ = 0;
   probe_steps_ = 0;
   probe_paid_ = false;
-  judged_.fill(0);
-  accepted_.fill(0);
+  const double w = c_->judged[1] > kPriorSteps ? kPriorSteps / c_->judged[1] : 1.0;
+  for (size_t k = 0; k < judged_.size(); ++k) judged_[k] = w * c_->judged[k], accepted_[k] = w * c_->accepted[k];
 }
 
 int SpecPolicy::widest(int block_size) const {
@@ -110,9 +116,12 @@ void SpecPolicy::record(double seconds, int committed, int drafted) {
   // committed = anchor + accepted drafts: drafts 1..accepted were accepted, the next one (if any)
   // was judged and rejected (or the step stopped there: a stop token, the budget).
   const int acc = std::clamp(committed - 1, 0, int(n));
-  for (int k = 1; k <= std::min(acc + 1, int(n)); ++k) {
-    judged_[size_t(k)] += 1;
-    if (k <= acc) accepted_[size_t(k)] += 1;
+  // Only the positions this step judged decay: each rate is over its last observations (a
+  // position a narrow width never reaches keeps what wider steps saw).
+  for (size_t k = 1; k <= size_t(std::min(acc + 1, int(n))); ++k) {
+    const double hit = int(k) <= acc ? 1 : 0;
+    judged_[k] = kOwnDecay * judged_[k] + 1, accepted_[k] = kOwnDecay * accepted_[k] + hit;
+    c_->judged[k] = kSharedDecay * c_->judged[k] + 1, c_->accepted[k] = kSharedDecay * c_->accepted[k] + hit;
   }
   if (!opt_.adaptive) return;
   // Judge only once every width has its samples, and a probe has had its steps.

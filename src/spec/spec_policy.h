@@ -41,6 +41,12 @@ struct SpecCosts {
   std::array<int, kMaxDrafts + 1> runs{};  // steps seen per width, warm-up runs included
   std::array<long, kMaxDrafts + 1> last_step{};
   long spec_steps = 0;
+  // The drafter's recent acceptance profile over every request: per draft position k, steps
+  // that judged the k-th draft and accepted it, decayed per step. A new request starts from it
+  // (weighted as a few steps) instead of a uniform prior, whose product over positions expects
+  // ~2 tokens from 15 drafts and turned speculation off in the first steps of requests where
+  // it pays (docs/performance.md, session 8).
+  std::array<double, kMaxDrafts + 1> judged{}, accepted{};
 };
 
 class SpecPolicy {
@@ -53,7 +59,8 @@ class SpecPolicy {
   SpecPolicy(SpecPolicy&&) = default;
   SpecPolicy& operator=(SpecPolicy&&) = default;
 
-  // A new request: forgets acceptances and the off/backoff state; the step costs stay.
+  // A new request: forgets the off/backoff state and the last request's own acceptances
+  // (starting again from the shared profile); the step costs stay.
   void reset();
   // Drafts to verify in the next step (0 = a plain step), before budget and context limits.
   int drafts(int block_size) const;
@@ -81,7 +88,8 @@ class SpecPolicy {
   int widest_seen_ = 0;  // the widest width verified since the last probe began
   int probe_steps_ = 0;  // speculative steps since the last probe began
   bool probe_paid_ = false;
-  // Per draft position k (1-based): steps that judged the k-th draft, and accepted it.
+  // Per draft position k (1-based): steps that judged the k-th draft, and accepted it (the
+  // shared profile's share, then this request's steps, decayed per step).
   std::array<double, kMaxDrafts + 1> judged_{}, accepted_{};
 };
 
