@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels.h"
+#include "quant/q4k_tiles.h"
 #include "quant/quantize.h"
 #include "quant/types.h"
 
@@ -155,6 +156,24 @@ int main(int argc, char** argv) {
       check(cudaMalloc(reinterpret_cast<void**>(&y), size_t(max_rows) * size_t(sh.n_out) * sizeof(float)), "cudaMalloc (y)");
       check(cudaMemcpy(x, xh.data(), xh.size() * sizeof(float), cudaMemcpyHostToDevice), "upload x");
       Weight w0{t, sh.n_in, sh.n_out, dev, row_bytes};
+      // Q4_K: the same copies in the tile layout (quant/q4k_tiles.h), for the tile decode kernel.
+      uint8_t* tiles_dev = nullptr;
+      size_t tiles_stride = 0;
+      if (t == GgmlType::Q4_K && df::cuda::imma_supports(w0)) {
+        const int n_sb = int(sh.n_in / 256);
+        std::vector<uint8_t> tiles(df::q4k_tiles_bytes(sh.n_out, n_sb));
+        df::q4k_to_tiles(host.data(), sh.n_out, n_sb, tiles.data());
+        tiles_stride = (tiles.size() + 255) / 256 * 256;
+        check(cudaMalloc(reinterpret_cast<void**>(&tiles_dev), tiles_stride * size_t(copies)), "cudaMalloc (tiles)");
+        for (int c = 0; c < copies; ++c)
+          check(cudaMemcpy(tiles_dev + tiles_stride * size_t(c), tiles.data(), tiles.size(), cudaMemcpyHostToDevice),
+                "upload tiles");
+      }
+      // The tile copy holding the same weight as GGUF copy w.
+      auto tiles_of = [&](const Weight& w) {
+        const size_t copy = size_t(static_cast<const uint8_t*>(w.data) - dev) / stride;
+        return Weight{t, sh.n_in, sh.n_out, tiles_dev + tiles_stride * copy, row_bytes};
+      };
       const size_t scratch_bytes = std::max(df::cuda::imma_scratch_bytes(w0, max_rows), df::cuda::mma_scratch_bytes(w0, max_rows));
       check(cudaMalloc(&scratch, scratch_bytes), "cudaMalloc (scratch)");
 
@@ -192,6 +211,8 @@ int main(int argc, char** argv) {
           gemm_shape("imma GEMM 128x64, 4 warps", df::cuda::ImmaGemmShape::k128x64Warps4),
           gemm_shape("imma GEMM 128x128, 8 warps", df::cuda::ImmaGemmShape::k128x128Warps8),
           gemm_shape("imma GEMM 128x128, 16 warps", df::cuda::ImmaGemmShape::k128x128Warps16),
+          {"imma, tile layout (quant/q4k_tiles.h)", tiles_dev != nullptr, 1, df::cuda::kImmaGemmMinRows, nullptr,
+           [&](const Weight& w, int rows) { df::cuda::imma_decode_tiles(tiles_of(w), x, rows, y, scratch, s); }},
           probe("probe: reads only, GGUF rows, 1 super-block in flight", false, 1),
           probe("probe: reads only, GGUF rows, 3 in flight", false, 3),
           probe("probe: reads only, tile-contiguous, 1 in flight", true, 1),
@@ -200,6 +221,25 @@ int main(int argc, char** argv) {
            [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
           {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, kMvMaxRows, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mv_matmul(w, x, rows, y, s); }}};
+      if (tiles_dev != nullptr) {  // the tile kernel gives the GGUF kernel's bits
+        std::string verdict = "equal";
+        for (int rows : {1, 2, 8, 9, 16, 32}) {
+          const size_t n = size_t(rows) * size_t(sh.n_out);
+          std::vector<float> a(n), b(n);
+          const Weight* ws[1] = {&w0};
+          float* ys[1] = {y};
+          df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, s);
+          check(cudaMemcpyAsync(a.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost, s), "download");
+          check(cudaMemsetAsync(y, 0xFF, n * sizeof(float), s), "poison");
+          df::cuda::imma_decode_tiles(tiles_of(w0), x, rows, y, scratch, s);
+          check(cudaMemcpyAsync(b.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost, s), "download");
+          check(cudaStreamSynchronize(s), "tile check");
+          if (std::memcmp(a.data(), b.data(), n * sizeof(float)) != 0) verdict = "DIFFER at " + std::to_string(rows) + " rows";
+        }
+        std::printf("| %s | %s | %lld x %lld | 1-32 | tile layout vs GGUF rows, same bits: %s | | | | | | |\n",
+                    df::type_name(t), sh.what, static_cast<long long>(sh.n_in), static_cast<long long>(sh.n_out),
+                    verdict.c_str());
+      }
       for (int rows : kRows) {
         for (const Kernel& k : kernels) {
           if (!k.takes || rows < k.min_rows || rows > k.max_rows) continue;
@@ -238,6 +278,7 @@ int main(int argc, char** argv) {
         }
       }
       std::fflush(stdout);
+      cudaFree(tiles_dev);
       cudaFree(scratch);
       cudaFree(y);
       cudaFree(x);

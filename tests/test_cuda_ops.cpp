@@ -86,6 +86,7 @@
 #include "tokenizer/tokenizer.h"
 #include "modelgen/make_model.h"
 #include "quant/dequant.h"
+#include "quant/q4k_tiles.h"
 #include "quant/quantize.h"
 #include "quant/types.h"
 #include "support/model_runs.h"
@@ -2606,6 +2607,45 @@ TEST(CudaFusedQ8k, NormQuantizedProductsEqualUnfused) {
       EXPECT_TRUE(same_bits(got[i], want[i])) << names[i] << " rows " << rows << ": fused vs unfused";
       EXPECT_TRUE(same_bits(stepped[i], want[i])) << names[i] << " rows " << rows << ": replayed step vs unfused";
     }
+  }
+}
+
+// The Q4_K decode kernel reading the tile layout (quant/q4k_tiles.h, imma_decode_tiles) gives
+// the bits the kernel gives on the GGUF rows, at every kernel width (rows 1; 2-8; 9-16; 17-32),
+// with a tail tile (300 and 37 outputs: padding rows repeat the last) and the 27B n_in values
+// (5120: 20 one-super-block slots; 17408: 23 slots of 3); outputs poisoned before each run.
+TEST_F(CudaOps, Q4kTileDecodeEqualsGgufRows) {
+  for (const auto& [n_in, n_out] : {std::pair<int64_t, int64_t>{5120, 300}, {17408, 37}, {6144, 512}, {256, 17}}) {
+    const HostWeight hw = make_weight(GgmlType::Q4_K, n_in, n_out, 9100 + uint64_t(n_in));
+    const int n_sb = int(n_in / 256);
+    std::vector<uint8_t> tiles(q4k_tiles_bytes(n_out, n_sb));
+    q4k_to_tiles(hw.bytes.data(), n_out, n_sb, tiles.data());
+    const Weight w{GgmlType::Q4_K, n_in, n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
+    const Weight wt{GgmlType::Q4_K, n_in, n_out, gpu().weight_data(tiles.data(), tiles.size()), hw.row_bytes};
+    constexpr int kMaxRows = 32;
+    const std::vector<float> x = make_activations(kMaxRows, n_in, 9200 + uint64_t(n_in));
+    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
+    gpu().upload(xd, x.data(), x.size() * sizeof(float));
+    const std::vector<float> poison(size_t(kMaxRows) * size_t(n_out), kPoison);
+    float* yd = static_cast<float*>(gpu().alloc(poison.size() * sizeof(float)));
+    void* scratch = gpu().alloc(cuda::imma_scratch_bytes(w, kMaxRows));
+    for (int rows : {1, 2, 7, 8, 9, 16, 17, 32}) {
+      const size_t n = size_t(rows) * size_t(n_out);
+      std::vector<float> want(n), got(n);
+      gpu().upload(yd, poison.data(), n * sizeof(float));
+      gpu().matmul(w, xd, rows, yd);
+      gpu().download(want.data(), yd, n * sizeof(float));
+      gpu().upload(yd, poison.data(), n * sizeof(float));
+      gpu().synchronize();
+      cuda::imma_decode_tiles(wt, xd, rows, yd, scratch, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      gpu().download(got.data(), yd, n * sizeof(float));
+      EXPECT_TRUE(same_bits(got, want)) << n_in << " x " << n_out << ", rows " << rows;
+      EXPECT_TRUE(std::none_of(got.begin(), got.end(), [](float v) { return std::isnan(v); })) << "unwritten outputs";
+    }
+    gpu().release(scratch);
+    gpu().release(yd);
+    gpu().release(xd);
   }
 }
 

@@ -42,10 +42,10 @@
 #                                     weights, 1-32 rows (bench/matmul_kernels.cpp; kernels.txt)
 #                                     --llama: with --bench, also build llama.cpp's llama-bench for
 #                                     sm_90 from third_party/llama-src.tar.xz (carry it: made by
-#                                     bench/pack-llama-source.sh; built in the background while ours
-#                                     builds and tests) and run it on the same model files, flash
-#                                     attention on: pp512 / pp4096 / tg32, and tg32 after 32768
-#                                     tokens when time is left (llama_<type>.txt)
+#                                     bench/pack-llama-source.sh; built in the background during
+#                                     the whole run) and run it last on the same model files (kept
+#                                     until then), flash attention on: pp512 / pp4096 / tg32, and
+#                                     tg32 after 32768 tokens when time is left (llama_<type>.txt)
 #                                     --filter F: gtest filter for the CUDA tests (default all)
 #                                     --budget S: seconds the whole script may take (default
 #                                     470); the tests get what the bench leaves, so the bench
@@ -311,20 +311,7 @@ if [ "$BENCH" = 1 ]; then
         echo "gpu-check: tg32 at depth $d, $t ($(elapsed))"
       done
     fi
-    if [ -n "$llama_pid" ]; then  # the peer on the same file, while it exists
-      wait "$llama_pid" && echo "gpu-check: llama.cpp built ($(elapsed))" || echo "gpu-check: llama.cpp build failed"
-      llama_pid=""
-    fi
-    if [ "$LLAMA" = 1 ] && [ -x "$LLAMA_BENCH" ] && [ "$(left)" -gt 90 ]; then
-      timeout $(( $(left) - 30 )) "$LLAMA_BENCH" -m "$f" -p 512,4096 -n 32 -fa on -ngl 99 -r 2 -o md \
-        >"$LOG/llama_$t.txt" 2>&1 || echo "gpu-check: llama-bench rc=$?"
-      if [ "$(left)" -gt 150 ]; then  # generation after 32768 tokens of context, as bench -d
-        timeout $(( $(left) - 30 )) "$LLAMA_BENCH" -m "$f" -p 0 -n 32 -d 32768 -fa on -ngl 99 -r 1 -o md \
-          >>"$LOG/llama_$t.txt" 2>&1 || echo "gpu-check: llama-bench at depth rc=$?"
-      fi
-      echo "gpu-check: llama-bench $t ($(elapsed))"
-    fi
-    rm -f "$f"
+    [ "$LLAMA" = 1 ] || rm -f "$f"  # with --llama, kept for the peer's run at the end
   done
 fi
 
@@ -374,6 +361,27 @@ if [ "$KERNELS" = 1 ]; then
     echo "not run: $(left) s of the budget left" >"$LOG/kernels.txt"
   fi
   echo "gpu-check: matmul kernels ($(elapsed))"
+fi
+
+# --- llama.cpp on the same files, last: its build (~5 min) has had the whole run ---
+if [ "$LLAMA" = 1 ] && [ "$BENCH" = 1 ]; then
+  if [ -n "$llama_pid" ]; then
+    wait "$llama_pid" && echo "gpu-check: llama.cpp built ($(elapsed))" || echo "gpu-check: llama.cpp build failed"
+  fi
+  for t in ${MODELS//,/ }; do
+    f="$MODEL_DIR/m27-$t.gguf"
+    [ -f "$f" ] || continue
+    if [ -x "$LLAMA_BENCH" ] && [ "$(left)" -gt 60 ]; then
+      timeout $(( $(left) - 20 )) "$LLAMA_BENCH" -m "$f" -p 512,4096 -n 32 -fa on -ngl 99 -r 2 -o md \
+        >"$LOG/llama_$t.txt" 2>&1 || echo "gpu-check: llama-bench rc=$?"
+      if [ "$(left)" -gt 120 ]; then  # generation after 32768 tokens of context, as bench -d
+        timeout $(( $(left) - 20 )) "$LLAMA_BENCH" -m "$f" -p 0 -n 32 -d 32768 -fa on -ngl 99 -r 1 -o md \
+          >>"$LOG/llama_$t.txt" 2>&1 || echo "gpu-check: llama-bench at depth rc=$?"
+      fi
+      echo "gpu-check: llama-bench $t ($(elapsed))"
+    fi
+    rm -f "$f"
+  done
 fi
 
 # --- the server under concurrent clients (demo pair): --parallel 1, 4, and 4 with --draft ---

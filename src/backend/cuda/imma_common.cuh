@@ -11,6 +11,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "quant/q4k_tiles.h"
 
 namespace df::cuda {
 

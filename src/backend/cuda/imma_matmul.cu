@@ -53,7 +53,10 @@ constexpr int blocks_per_sm(int nt) { return nt == 1 ? 3 : 2; }
 // selects for padding rows. kOneRow (NT = 1, a call of one row, plain decode): of the lane's
 // columns 2c, 2c + 1 only even ones can be live, so the odd ones' scale multiplies and float
 // part are left out (a column's bits do not depend on the others').
-template <int MT, int NT, int kMaxWarps, bool kOneRow>
+// kTiles: the weight in the tile layout (q4k_tiles.h: a 16-row tile's super-block as 2304
+// consecutive bytes, each lane's quants in four 16-byte words), read with 6 coalesced loads a
+// super-block instead of 2 header and 8 quant loads spread over 16 rows; same values, same bits.
+template <int MT, int NT, int kMaxWarps, bool kOneRow, bool kTiles = false>
 __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
     imma_q4k_kernel(const Segments segs, int n_sb, Slots slots, const int8_t* __restrict__ xq,
                     const float* __restrict__ xd, const uint2* __restrict__ xm, int n_in, int rows_pad, int rows) {
@@ -78,16 +81,25 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
 
   // Super-block 0 of weight rows g, g + 8 of each m-tile: the header, and this lane's 8 bytes of
   // the first sub-block pair; super-block sb is sb * kQ4kBytes further.
+  // Tile layout: wh[mt][h] the header of row g + 8h in super-block 0 of m-tile mt's tile,
+  // wq[mt][0] the lane's first quant word (the tile's rows are padded: no clamp).
   const uint8_t* wh[MT][2];
   const uint8_t* wq[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // tails: computed from the last row, not stored
-      const uint8_t* const row = w + size_t(min(o0 + mt * 16 + g + 8 * h, n_out - 1)) * row_bytes;
-      wh[mt][h] = opaque(row);
-      wq[mt][h] = opaque(row + 16 + 8 * c);
+      if constexpr (kTiles) {
+        const uint8_t* const tile = w + size_t(o0 / 16 + mt) * size_t(n_sb) * kQ4kTileBytes;
+        wh[mt][h] = opaque(tile + kQ4kTileHeaders + 16 * (g + 8 * h));
+        wq[mt][h] = opaque(tile + 16 * lane);
+      } else {
+        const uint8_t* const row = w + size_t(min(o0 + mt * 16 + g + 8 * h, n_out - 1)) * row_bytes;
+        wh[mt][h] = opaque(row);
+        wq[mt][h] = opaque(row + 16 + 8 * c);
+      }
     }
+  constexpr uint32_t kSbBytes = kTiles ? kQ4kTileBytes : kQ4kBytes;  // one super-block further
   pdl_wait();
   // Lanes of padding rows read row r0's activations (the same sectors as a live lane: no extra
   // traffic). That puts another row's sums into their mma columns, which no stored output reads
@@ -124,7 +136,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        hp[mt][h] = wide_madd(wh[mt][h], sbu, kQ4kBytes), qp[mt][h] = wide_madd(wq[mt][h], sbu, kQ4kBytes);
+        hp[mt][h] = wide_madd(wh[mt][h], sbu, kSbBytes), qp[mt][h] = wide_madd(wq[mt][h], sbu, kSbBytes);
     const int8_t* xp[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) xp[nt] = wide_madd(xr[nt], sbu, kSb);
@@ -143,9 +155,15 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+      for (int mt = 0; mt < MT; ++mt) {
+        if constexpr (kTiles) {  // rows g and g + 8 in one word
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(qp[mt][0] + kQ4kTileQuantStride * i));
+          qw[i][mt][0] = make_uint2(v.x, v.y), qw[i][mt][1] = make_uint2(v.z, v.w);
+        } else {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) qw[i][mt][h] = __ldg(reinterpret_cast<const uint2*>(qp[mt][h] + 32 * i));
+          for (int h = 0; h < 2; ++h) qw[i][mt][h] = __ldg(reinterpret_cast<const uint2*>(qp[mt][h] + 32 * i));
+        }
+      }
     constexpr int kXAhead = NT <= 2 ? 4 : 1;  // sub-block pairs of activations loaded up front
     uint2 xv[kXAhead][2][NT];
     auto load_x = [&](int i, uint2 (&v)[2][NT]) {
@@ -267,7 +285,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
 // Eight warps a block, each taking slots w, w + 8, ...: on the H200 this streamed the decode
 // product faster (1.33 TB/s) than a warp per slot (1.20 TB/s, all blocks in one wave waiting on
 // memory together, then computing together).
-template <int NT, bool kOneRow = false>
+template <int NT, bool kOneRow = false, bool kTiles = false>
 void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
                  int rows_pad, cudaStream_t s) {
   constexpr int MT = 1;
@@ -278,7 +296,7 @@ void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const flo
   const size_t smem = size_t(slots.count) * MT * NT * 4 * kWarp * sizeof(float);
   // Up to 64 KiB of dynamic shared memory (kMaxSlots x 16 x 32 floats); a refusal shows as the
   // launch error, which the caller checks.
-  constexpr auto kernel = imma_q4k_kernel<MT, NT, kMaxWarps, kOneRow>;
+  constexpr auto kernel = imma_q4k_kernel<MT, NT, kMaxWarps, kOneRow, kTiles>;
   (void)raise_smem_limit<kernel>(kMaxSlots * MT * NT * 4 * kWarp * int(sizeof(float)));
   const unsigned groups = ceil_div(rows, kRowsPerGroup);
   launch(kernel, dim3(groups, unsigned(segs.first_block[segs.n])), warps * kWarp, smem, s,
@@ -316,6 +334,28 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
     else if (rows <= 8) imma_launch<1>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
     else if (rows <= 16) imma_launch<2>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
     else imma_launch<4>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+  });
+}
+
+// The decode kernel on a weight in the tile layout (bench/matmul_kernels' comparison; not yet
+// a backend path: the prefill GEMM and the other kernels read the GGUF rows).
+void imma_decode_tiles(const Weight& tiles, const float* x, int rows, float* y, void* scratch, cudaStream_t s) {
+  const int64_t n_in = tiles.n_in;
+  const int rows_pad = (rows + 7) / 8 * 8;
+  const Q8kLayout l = q8k_layout(n_in, rows_pad);
+  auto* base = static_cast<uint8_t*>(scratch);
+  auto* xq = reinterpret_cast<int8_t*>(base + l.q);
+  auto* xd = reinterpret_cast<float*>(base + l.d);
+  auto* xm = reinterpret_cast<uint2*>(base + l.m);
+  launch(quantize_q8k_k, dim3(unsigned(n_in / kSb), unsigned(rows_pad)), kWarp, 0, s, x, rows, rows_pad, int(n_in), xq,
+         xd, xm);
+  const Weight* ws[1] = {&tiles};
+  float* ys[1] = {y};
+  for_each_launch(ws, ys, 1, [&](const Segments& segs) {
+    if (rows == 1) imma_launch<1, true, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    else if (rows <= 8) imma_launch<1, false, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    else if (rows <= 16) imma_launch<2, false, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    else imma_launch<4, false, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
   });
 }
 
