@@ -326,6 +326,9 @@ if [ "$SPEC" = 1 ]; then
     timeout 90 "$BUILD/deltaflash" bench -m models/demo/qwen35-demo-target-q8_0.gguf -p 16 -n 128 -r 3 --device cuda \
       --cuda-graphs "$g" "${draft[@]}" >"$LOG/spec_graphs_$g.txt" 2>&1 || spec_rc=$?
   done
+  # Where the demo target's 1-row and 16-row (verify) forwards go, op by op.
+  timeout 60 "$BUILD/deltaflash" bench -m models/demo/qwen35-demo-target-q8_0.gguf -p 16 -n 16 -r 1 --device cuda \
+    --profile >"$LOG/spec_demo_profile.txt" 2>&1 || spec_rc=$?
   echo "gpu-check: demo-target decode, CUDA graphs off/on rc=$spec_rc ($(elapsed))"
   timeout $(( $(left) > 45 ? $(left) - 15 : 30 )) bench/spec_demo.sh models/demo/qwen35-demo-target-q8_0.gguf \
     models/demo/qwen35-demo-drafter-q8_0.gguf --max-prompts 5 --bin "$BUILD/deltaflash" --device cuda >"$LOG/spec_demo.txt" 2>&1 || spec_rc=$?
