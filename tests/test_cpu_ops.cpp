@@ -733,7 +733,7 @@ TEST_P(CpuOps, Swiglu) {
     std::vector<float> o0(size_t(n) + kGuard, kSentinel);
     std::fill_n(o0.begin(), n, kPoison);
     Dev<float> dg(be(), gate), du(be(), up), dout(be(), o0);
-    be().swiglu(dg.p(), du.p(), n, dout.p());
+    be().swiglu(dg.p(), du.p(), 1, int(n), dout.p());
     be().synchronize();
     const auto got = dout.get();
     Cmp cmp("swiglu");
@@ -751,12 +751,13 @@ TEST_P(CpuOps, Swiglu) {
 
 TEST_P(CpuOps, MulSigmoid) {
   struct Case {
-    int rows, n;
+    int rows, n;  // rows: vectors, in groups of `heads` (the op's rows x n_heads)
     size_t xs, gs;
+    int heads = 1;
   };
-  // (16, 256, 256, 512) is the attention output gate: rows x heads vectors of head_dim, the gate of
-  // head h at [q_h | gate_h] interleaved rows (stride 2 head_dim).
-  const Case cases[] = {{1, 1, 1, 1}, {3, 7, 7, 9}, {16, 256, 256, 512}, {2, 2051, 2060, 2051}};
+  // (16, 256, 256, 512, 4) is the attention output gate: 4 rows x 4 heads vectors of head_dim,
+  // the gate of head h at [q_h | gate_h] interleaved rows (stride 2 head_dim).
+  const Case cases[] = {{1, 1, 1, 1}, {3, 7, 7, 9}, {16, 256, 256, 512, 4}, {2, 2051, 2060, 2051}};
   Rng rng(14);
   for (const Case& c : cases) {
     SCOPED_TRACE(at({{"rows", c.rows}, {"n", c.n}, {"x_stride", int64_t(c.xs)}, {"g_stride", int64_t(c.gs)}}));
@@ -769,7 +770,7 @@ TEST_P(CpuOps, MulSigmoid) {
       }
     }
     Dev<float> dx(be(), x), dg(be(), g);
-    be().mul_sigmoid(dx.p(), c.xs, dg.p(), c.gs, c.rows, c.n);
+    be().mul_sigmoid(dx.p(), c.xs, dg.p(), c.gs, c.rows / c.heads, c.heads, c.n);
     be().synchronize();
     const auto got = dx.get();
     Cmp cmp("mul_sigmoid");

@@ -857,9 +857,9 @@ TEST_F(CudaOps, AddSwigluMulSigmoid) {
 
     Twin<float> g(be(), rng.normals(size_t(n), 3.0)), u(be(), rng.normals(size_t(n))),
         out(be(), std::vector<float>(size_t(n), kPoison));
-    both([&](Backend& b, int s) { b.swiglu(g[s], u[s], n, out[s]); });
+    both([&](Backend& b, int s) { b.swiglu(g[s], u[s], 1, int(n), out[s]); });
     Check("swiglu n=" + std::to_string(n)).all(out.get(1), out.get(0), 4e-6, 0);
-    both([&](Backend& b, int s) { b.swiglu(g[s], u[s], n, g[s]); });  // in place, as the model does
+    both([&](Backend& b, int s) { b.swiglu(g[s], u[s], 1, int(n), g[s]); });  // in place, as the model does
     Check("swiglu in place n=" + std::to_string(n)).all(g.get(1), g.get(0), 4e-6, 0);
   }
   // Gated attention output: rows of n values, gate at offset D in rows of stride 2D.
@@ -867,7 +867,7 @@ TEST_F(CudaOps, AddSwigluMulSigmoid) {
     const int rows = 7;
     const size_t xs = size_t(n) + 16, gs = 2 * size_t(n);
     Twin<float> x(be(), strided(rng, rows, n, xs, false)), g(be(), strided(rng, rows, int(gs), gs, false, 4.0));
-    both([&](Backend& b, int s) { b.mul_sigmoid(x[s], xs, g[s] + n, gs, rows, n); });
+    both([&](Backend& b, int s) { b.mul_sigmoid(x[s], xs, g[s] + n, gs, rows, 1, n); });
     Check("mul_sigmoid n=" + std::to_string(n)).all(x.get(1), x.get(0), 4e-6, 0);
   }
 }
@@ -1327,9 +1327,11 @@ class DequantizedCpu final : public Backend {
     cpu_->rms_norm(x, xs, w, n, dim, eps, out, os);
   }
   void add(float* x, const float* y, int64_t n) override { cpu_->add(x, y, n); }
-  void swiglu(const float* g, const float* u, int64_t n, float* out) override { cpu_->swiglu(g, u, n, out); }
-  void mul_sigmoid(float* x, size_t xs, const float* g, size_t gs, int rows, int n) override {
-    cpu_->mul_sigmoid(x, xs, g, gs, rows, n);
+  void swiglu(const float* g, const float* u, int rows, int n, float* out) override {
+    cpu_->swiglu(g, u, rows, n, out);
+  }
+  void mul_sigmoid(float* x, size_t xs, const float* g, size_t gs, int rows, int nh, int n) override {
+    cpu_->mul_sigmoid(x, xs, g, gs, rows, nh, n);
   }
   void rope_neox(float* x, size_t rs, size_t hs, int rows, int nh, const int32_t* pos, int nr, float th) override {
     cpu_->rope_neox(x, rs, hs, rows, nh, pos, nr, th);
@@ -2609,6 +2611,147 @@ TEST(CudaFusedQ8k, NormQuantizedProductsEqualUnfused) {
     }
   }
 }
+
+// The other producers of a product's input that quantize their output (CudaBackend's
+// fuse_quantize), 27B-shaped: swiglu (in place, as the model) into the FFN's down products
+// (n_in 17408, Q4_K and Q6_K, one matmul_shared_input: two groups); gated_rms_norm (48 heads of
+// 128) into a Q4_K ssm_out; mul_sigmoid (24 heads of 256, the gate interleaved [q_h | gate_h])
+// into Q4_K and Q6_K attn_output products. Stale records: swiglu then add() on its output, and
+// gated_rms_norm then add(), before the product (must see the sums); mul_sigmoid, then another
+// op (gated_rms_norm of another buffer), then a product of the mul_sigmoid's output.
+struct FusedQ8kProducersSequence {
+  static constexpr int kFf = 17408, kAct = 6144, kGdnHeads = 48, kGdnDim = 128, kAttnHeads = 24, kAttnDim = 256;
+  Backend& be;
+  Weight down_q4, down_q6, out_q4, out_q6;
+  explicit FusedQ8kProducersSequence(Backend& b, const std::vector<HostWeight>& hws) : be(b) {
+    Weight* ws[] = {&down_q4, &down_q6, &out_q4, &out_q6};
+    for (size_t i = 0; i < 4; ++i)
+      *ws[i] = Weight{hws[i].type, hws[i].n_in, hws[i].n_out, be.weight_data(hws[i].bytes.data(), hws[i].bytes.size()),
+                      hws[i].row_bytes};
+  }
+  // As FusedQ8kSequence::run: in_steps = 0 runs it directly, else as a step in_steps times.
+  std::vector<std::vector<float>> run(int rows, uint64_t seed, int in_steps = 0) {
+    const size_t ff = size_t(rows) * kFf, act = size_t(rows) * kAct;
+    Rng rng(seed);
+    // Inputs the sequence overwrites (re-uploaded before each run), then constant ones.
+    const std::vector<float> g1_0 = make_activations(rows, kFf, seed), g2_0 = rng.normals(ff, 2.0),
+                             d1_0 = make_activations(rows, kAct, seed + 1), d2_0 = rng.normals(act, 1.0),
+                             a1_0 = make_activations(rows, kAct, seed + 2);
+    const std::vector<float> u1 = rng.normals(ff, 1.0), u2 = rng.normals(ff, 1.0), yadd = rng.normals(ff, 0.5),
+                             z = rng.normals(act, 2.0), wn = rng.normals(kGdnDim, 0.5), qg = rng.normals(2 * act, 3.0);
+    struct Buf {
+      float* p;
+      size_t n;
+      const std::vector<float>* init;  // null: an output, poisoned before each run
+      bool once;                       // a constant input, uploaded once
+    };
+    std::vector<Buf> bufs;
+    auto buffer = [&](size_t n, const std::vector<float>* init = nullptr, bool once = false) {
+      bufs.push_back({static_cast<float*>(be.alloc(n * sizeof(float))), n, init, once});
+      return bufs.back().p;
+    };
+    float *g1 = buffer(ff, &g1_0), *g2 = buffer(ff, &g2_0), *d1 = buffer(act, &d1_0), *d2 = buffer(act, &d2_0),
+          *a1 = buffer(act, &a1_0);
+    float *u1d = buffer(ff, &u1, true), *u2d = buffer(ff, &u2, true), *yaddd = buffer(ff, &yadd, true),
+          *zd = buffer(act, &z, true), *wnd = buffer(kGdnDim, &wn, true), *qgd = buffer(2 * act, &qg, true);
+    auto out = [&](const Weight& w) { return buffer(size_t(rows) * size_t(w.n_out)); };
+    float *y_dq4 = out(down_q4), *y_dq6 = out(down_q6), *y_stale_sw = out(down_q6), *y_oq4 = out(out_q4),
+          *y_stale_g = out(out_q6), *y_aq4 = out(out_q4), *y_aq6 = out(out_q6), *y_other = out(out_q4);
+    for (const Buf& b : bufs)
+      if (b.once) be.upload(b.p, b.init->data(), b.n * sizeof(float));
+    auto prepare = [&] {
+      for (const Buf& b : bufs) {
+        if (b.once) continue;
+        if (b.init != nullptr) {
+          be.upload(b.p, b.init->data(), b.n * sizeof(float));
+        } else {
+          const std::vector<float> poison(b.n, kPoison);
+          be.upload(b.p, poison.data(), b.n * sizeof(float));
+        }
+      }
+    };
+    auto sequence = [&] {
+      const float eps = 1e-6f;
+      be.swiglu(g1, u1d, rows, kFf, g1);
+      const Weight* down[] = {&down_q4, &down_q6};
+      float* down_y[] = {y_dq4, y_dq6};
+      be.matmul_shared_input(down, down_y, 2, g1, rows);
+      be.swiglu(g2, u2d, rows, kFf, g2);
+      be.add(g2, yaddd, int64_t(ff));
+      be.matmul(down_q6, g2, rows, y_stale_sw);
+      be.gated_rms_norm(d1, zd, wnd, rows, kGdnHeads, kGdnDim, eps);
+      be.matmul(out_q4, d1, rows, y_oq4);
+      be.gated_rms_norm(d2, zd, wnd, rows, kGdnHeads, kGdnDim, eps);
+      be.add(d2, d1, int64_t(act));
+      be.matmul(out_q6, d2, rows, y_stale_g);
+      be.mul_sigmoid(a1, kAttnDim, qgd + kAttnDim, 2 * kAttnDim, rows, kAttnHeads, kAttnDim);
+      const Weight* outs[] = {&out_q4, &out_q6};
+      float* outs_y[] = {y_aq4, y_aq6};
+      be.matmul_shared_input(outs, outs_y, 2, a1, rows);
+      be.mul_sigmoid(a1, kAttnDim, qgd + kAttnDim, 2 * kAttnDim, rows, kAttnHeads, kAttnDim);
+      be.gated_rms_norm(d2, zd, wnd, rows, kGdnHeads, kGdnDim, eps);
+      be.matmul(out_q4, a1, rows, y_other);
+    };
+    if (in_steps == 0) {
+      prepare();
+      sequence();
+    }
+    for (int i = 0; i < in_steps; ++i) {
+      prepare();
+      StepScope step(be);
+      sequence();
+    }
+    std::vector<std::vector<float>> result;
+    for (float* p : {g1, g2, d1, d2, a1, y_dq4, y_dq6, y_stale_sw, y_oq4, y_stale_g, y_aq4, y_aq6, y_other}) {
+      for (const Buf& b : bufs)
+        if (b.p == p) {
+          result.emplace_back(b.n);
+          be.download(result.back().data(), p, b.n * sizeof(float));
+        }
+    }
+    for (const Buf& b : bufs) be.release(b.p);
+    return result;
+  }
+};
+
+TEST(CudaFusedQ8k, SwigluGatedNormAndGateProductsEqualUnfused) {
+  if (!have_gpu()) GTEST_SKIP() << kNoGpu;
+  using Seq = FusedQ8kProducersSequence;
+  const std::vector<HostWeight> hws = {tiled_weight(GgmlType::Q4_K, Seq::kFf, 5120, 61, 9300),
+                                       tiled_weight(GgmlType::Q6_K, Seq::kFf, 1040, 53, 9301),
+                                       tiled_weight(GgmlType::Q4_K, Seq::kAct, 5120, 59, 9302),
+                                       tiled_weight(GgmlType::Q6_K, Seq::kAct, 1040, 47, 9303)};
+  CudaBackend plain_be(0, /*fuse_quantize=*/false), fused_be(0, /*fuse_quantize=*/true);
+  CudaGraphBackend graphs_be(0, /*fuse_quantize=*/true);
+  Seq plain(plain_be, hws), fused(fused_be, hws), graphs(graphs_be, hws);
+  const char* names[] = {"swiglu out",      "swiglu out (then add)", "gated norm out", "gated norm out (then add)",
+                         "mul_sigmoid out", "down Q4_K",             "down Q6_K",      "down after add",
+                         "ssm_out Q4_K",    "ssm_out after add",     "attn_out Q4_K",  "attn_out Q6_K",
+                         "attn_out after another op"};
+  for (int rows : {1, 2, 16, 33}) {
+    const uint64_t seed = 9400 + uint64_t(rows);
+    const auto want = plain.run(rows, seed);
+    const int64_t uses0 = fused_be.fused_q8k_uses();
+    const auto got = fused.run(rows, seed);
+    // The two down groups, ssm_out after the gated norm, the two attn_out groups; none for the
+    // stale records; above 32 rows nothing quantizes its output.
+    EXPECT_EQ(fused_be.fused_q8k_uses() - uses0, rows <= cuda::kNormQ8kMaxRows ? 5 : 0) << "rows " << rows;
+    EXPECT_EQ(plain_be.fused_q8k_uses(), 0);
+    const int64_t graph_uses0 = graphs_be.fused_q8k_uses();
+    const CudaGraphStats before = graphs_be.graph_stats();
+    const auto stepped = graphs.run(rows, seed, 3);
+    const CudaGraphStats after = graphs_be.graph_stats();
+    EXPECT_EQ(after.replayed - before.replayed, 1) << "rows " << rows;
+    // The step's first sight (op by op) and its capture call the ops (5 each); a replay does not.
+    EXPECT_EQ(graphs_be.fused_q8k_uses() - graph_uses0, rows <= cuda::kNormQ8kMaxRows ? 10 : 0) << "rows " << rows;
+    ASSERT_EQ(want.size(), std::size(names));
+    ASSERT_EQ(got.size(), want.size());
+    ASSERT_EQ(stepped.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      for (float v : want[i]) ASSERT_FALSE(std::isnan(v)) << names[i] << " rows " << rows << ": unwritten output";
+      EXPECT_TRUE(same_bits(got[i], want[i])) << names[i] << " rows " << rows << ": fused vs unfused";
+      EXPECT_TRUE(same_bits(stepped[i], want[i])) << names[i] << " rows " << rows << ": replayed step vs unfused";
+    }
 
 // The Q4_K decode kernel reading the tile layout (quant/q4k_tiles.h, imma_decode_tiles) gives
 // the bits the kernel gives on the GGUF rows, at every kernel width (rows 1; 2-8; 9-16; 17-32),

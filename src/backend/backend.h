@@ -108,10 +108,13 @@ class Backend {
     add(x, y, int64_t(n) * dim);
     rms_norm(x, size_t(dim), w, n, dim, eps, out, out_stride);
   }
-  // out[i] = silu(gate[i]) * up[i] for i < n (n = rows * n_ff; all contiguous).
-  virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
-  // x[r][i] *= sigmoid(g[r][i]) for i < n: vector r of x at x + r * x_stride, of g at g + r * g_stride.
-  virtual void mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n) = 0;
+  // out[r][i] = silu(gate[r][i]) * up[r][i] for rows of n (all contiguous: row r at r * n).
+  virtual void swiglu(const float* gate, const float* up, int rows, int n, float* out) = 0;
+  // x[v][i] *= sigmoid(g[v][i]) for i < n, for the rows x n_heads vectors v = r * n_heads + h: of
+  // x at x + v * x_stride, of g at g + v * g_stride. (A backend may quantize x for the product
+  // that reads its rows of n_heads vectors next: CudaBackend.)
+  virtual void mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n_heads,
+                           int n) = 0;
   // NeoX-style rotary embedding of the first n_rot dims of each head, in place. Head h of row r
   // starts at x + r * row_stride + h * head_stride. Pairs (i, i + n_rot/2).
   virtual void rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads,

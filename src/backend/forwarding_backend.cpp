@@ -58,11 +58,12 @@ void ForwardingBackend::add_rms_norm(float* x, const float* y, const float* w, i
                                      size_t out_stride) {
   forward({BackendOp::kAddRmsNorm}, [&] { inner_.add_rms_norm(x, y, w, n, dim, eps, out, out_stride); });
 }
-void ForwardingBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  forward({BackendOp::kSwiglu}, [&] { inner_.swiglu(gate, up, n, out); });
+void ForwardingBackend::swiglu(const float* gate, const float* up, int rows, int n, float* out) {
+  forward({BackendOp::kSwiglu}, [&] { inner_.swiglu(gate, up, rows, n, out); });
 }
-void ForwardingBackend::mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n) {
-  forward({BackendOp::kMulSigmoid}, [&] { inner_.mul_sigmoid(x, x_stride, g, g_stride, rows, n); });
+void ForwardingBackend::mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows,
+                                    int n_heads, int n) {
+  forward({BackendOp::kMulSigmoid}, [&] { inner_.mul_sigmoid(x, x_stride, g, g_stride, rows, n_heads, n); });
 }
 void ForwardingBackend::rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads,
                                   const int32_t* pos, int n_rot, float theta) {

@@ -175,7 +175,7 @@ void DraftModel::layer(const DraftLayerWeights& L, int B, const SeqKv& seq, cons
   const Weight* gate_up_w[] = {&L.ffn_gate, &L.ffn_up};
   float* gate_up_y[] = {s.gate, s.up};
   be_.matmul_shared_input(gate_up_w, gate_up_y, 2, s.u, B);
-  be_.swiglu(s.gate, s.up, int64_t(B) * hp_.n_ff, s.gate);
+  be_.swiglu(s.gate, s.up, B, hp_.n_ff, s.gate);
   be_.matmul(L.ffn_down, s.gate, B, s.tmp);  // s.x += s.tmp: the caller's add_rms_norm
 }
 

@@ -223,7 +223,7 @@ void TargetModel::attention_layer(const LayerWeights& L, const Batch& batch, Seq
     be_.attention(s.qg + sg.begin * q_row_stride, q_row_stride, q_head_stride, sg.n, s.pos + sg.begin, H, kv, seq,
                   1.0f / std::sqrt(float(D)), s.attn + sg.begin * hd);
   }
-  if (gated) be_.mul_sigmoid(s.attn, size_t(D), s.qg + D, q_head_stride, R * H, D);
+  if (gated) be_.mul_sigmoid(s.attn, size_t(D), s.qg + D, q_head_stride, R, H, D);
   be_.matmul(L.wo, s.attn, R, s.tmp);
 }
 
@@ -279,7 +279,7 @@ void TargetModel::ffn(const LayerWeights& L, int rows) {
   const Weight* gate_up_w[] = {&L.ffn_gate, &L.ffn_up};
   float* gate_up_y[] = {s.gate, s.up};
   be_.matmul_shared_input(gate_up_w, gate_up_y, 2, s.u, rows);
-  be_.swiglu(s.gate, s.up, int64_t(rows) * hp_.n_ff, s.gate);
+  be_.swiglu(s.gate, s.up, rows, hp_.n_ff, s.gate);
   be_.matmul(L.ffn_down, s.gate, rows, s.tmp);
 }
 

@@ -30,8 +30,8 @@ class CpuBackend final : public Backend {
   void rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, float eps, float* out,
                 size_t out_stride) override;
   void add(float* x, const float* y, int64_t n) override;
-  void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
-  void mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n) override;
+  void swiglu(const float* gate, const float* up, int rows, int n, float* out) override;
+  void mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n_heads, int n) override;
   void rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads, const int32_t* pos,
                  int n_rot, float theta) override;
   void kv_store(const KvLayerView& kv, const SeqKv& seq, const float* k, const float* v, const int32_t* pos,

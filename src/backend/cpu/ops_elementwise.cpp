@@ -32,12 +32,14 @@ void CpuBackend::add(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
-void CpuBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  pool_.parallel_for(n, 4096, [&](int64_t b, int64_t e, int) { cpu::silu_mul(gate + b, up + b, out + b, e - b); });
+void CpuBackend::swiglu(const float* gate, const float* up, int rows, int n, float* out) {
+  pool_.parallel_for(int64_t(rows) * n, 4096,
+                     [&](int64_t b, int64_t e, int) { cpu::silu_mul(gate + b, up + b, out + b, e - b); });
 }
 
-void CpuBackend::mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n) {
-  pool_.parallel_for(rows, 1, [&](int64_t b, int64_t e, int) {
+void CpuBackend::mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n_heads,
+                             int n) {
+  pool_.parallel_for(int64_t(rows) * n_heads, 1, [&](int64_t b, int64_t e, int) {
     for (int64_t r = b; r < e; ++r) {
       float* xr = x + r * x_stride;
       const float* gr = g + r * g_stride;

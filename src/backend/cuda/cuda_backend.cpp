@@ -212,12 +212,9 @@ const void* CudaBackend::fused_q8k_of(const FusedQ8k& f, const float* x, int row
   return fused_q8k_;
 }
 
-void* CudaBackend::fused_q8k_for(const float* x, const float* y, size_t x_stride, const float* w, int n, int dim,
-                                 const float* out, size_t out_stride) {
-  // The products read rows of n_in contiguous floats.
-  if (!fuse_quantize_ || out_stride != size_t(dim) || !cuda::norm_q8k_supports(x, y, x_stride, w, n, dim, out, out_stride))
-    return nullptr;
-  ensure_scratch(fused_q8k_, fused_q8k_cap_, cuda::q8k_fused_bytes(dim, n), "rms_norm (Q8_K)");
+void* CudaBackend::fused_q8k_for(bool supported, int rows, int64_t n_in, const char* what) {
+  if (!fuse_quantize_ || !supported) return nullptr;
+  ensure_scratch(fused_q8k_, fused_q8k_cap_, cuda::q8k_fused_bytes(n_in, rows), what);
   return fused_q8k_;
 }
 
@@ -300,7 +297,10 @@ void CudaBackend::rms_norm(const float* x, size_t x_stride, const float* w, int 
                            size_t out_stride) {
   if (n <= 0 || dim <= 0) return;
   enter();
-  void* q8k = fused_q8k_for(x, nullptr, x_stride, w, n, dim, out, out_stride);
+  // The products read rows of n_in contiguous floats.
+  void* q8k = fused_q8k_for(out_stride == size_t(dim) &&
+                                cuda::norm_q8k_supports(x, nullptr, x_stride, w, n, dim, out, out_stride),
+                            n, dim, "rms_norm (Q8_K)");
   cuda::rms_norm(x, x_stride, w, n, dim, eps, out, out_stride, as_stream(stream_), q8k);
   check_launch("rms_norm");
   if (q8k != nullptr) fused_ = FusedQ8k{out, n, dim};
@@ -310,7 +310,9 @@ void CudaBackend::add_rms_norm(float* x, const float* y, const float* w, int n, 
                                size_t out_stride) {
   if (n <= 0 || dim <= 0) return;
   enter();
-  void* q8k = fused_q8k_for(x, y, size_t(dim), w, n, dim, out, out_stride);
+  void* q8k = fused_q8k_for(out_stride == size_t(dim) &&
+                                cuda::norm_q8k_supports(x, y, size_t(dim), w, n, dim, out, out_stride),
+                            n, dim, "add_rms_norm (Q8_K)");
   cuda::add_rms_norm(x, y, w, n, dim, eps, out, out_stride, as_stream(stream_), q8k);
   check_launch("add_rms_norm");
   if (q8k != nullptr) fused_ = FusedQ8k{out, n, dim};
@@ -323,18 +325,25 @@ void CudaBackend::add(float* x, const float* y, int64_t n) {
   check_launch("add");
 }
 
-void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  if (n <= 0) return;
-  enter();
-  cuda::swiglu(gate, up, n, out, as_stream(stream_));
-  check_launch("swiglu");
-}
-
-void CudaBackend::mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n) {
+void CudaBackend::swiglu(const float* gate, const float* up, int rows, int n, float* out) {
   if (rows <= 0 || n <= 0) return;
   enter();
-  cuda::mul_sigmoid(x, x_stride, g, g_stride, rows, n, as_stream(stream_));
+  void* q8k = fused_q8k_for(cuda::swiglu_q8k_supports(gate, up, rows, n, out), rows, n, "swiglu (Q8_K)");
+  cuda::swiglu(gate, up, rows, n, out, as_stream(stream_), q8k);
+  check_launch("swiglu");
+  if (q8k != nullptr) fused_ = FusedQ8k{out, rows, n};
+}
+
+void CudaBackend::mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n_heads,
+                              int n) {
+  if (rows <= 0 || n_heads <= 0 || n <= 0) return;
+  enter();
+  const int64_t n_row = int64_t(n_heads) * n;
+  void* q8k = fused_q8k_for(cuda::mul_sigmoid_q8k_supports(x, x_stride, g, g_stride, rows, n_heads, n), rows, n_row,
+                            "mul_sigmoid (Q8_K)");
+  cuda::mul_sigmoid(x, x_stride, g, g_stride, rows, n_heads, n, as_stream(stream_), q8k);
   check_launch("mul_sigmoid");
+  if (q8k != nullptr) fused_ = FusedQ8k{x, rows, n_row};
 }
 
 void CudaBackend::rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads, const int32_t* pos,
@@ -463,8 +472,12 @@ void CudaBackend::gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t
 void CudaBackend::gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim, float eps) {
   if (rows <= 0 || n_heads <= 0 || dim <= 0) return;
   enter();
-  cuda::gated_rms_norm(x, z, w, rows, n_heads, dim, eps, as_stream(stream_));
+  const int64_t n_row = int64_t(n_heads) * dim;
+  void* q8k = fused_q8k_for(cuda::gated_rms_norm_q8k_supports(x, rows, n_heads, dim), rows, n_row,
+                            "gated_rms_norm (Q8_K)");
+  cuda::gated_rms_norm(x, z, w, rows, n_heads, dim, eps, as_stream(stream_), q8k);
   check_launch("gated_rms_norm");
+  if (q8k != nullptr) fused_ = FusedQ8k{x, rows, n_row};
 }
 
 void CudaBackend::argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) {

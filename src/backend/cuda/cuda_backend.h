@@ -14,9 +14,9 @@ namespace df {
 // Not final: CudaGraphBackend (cuda_graphs.h) derives from it to record and replay steps.
 class CudaBackend : public Backend {
  public:
-  // fuse_quantize: rms_norm / add_rms_norm also write the Q8_K activations of their output for
-  // the integer tensor-core product that reads it next (false: every product quantizes its
-  // input itself; the tests compare the two).
+  // fuse_quantize: rms_norm / add_rms_norm / swiglu / mul_sigmoid / gated_rms_norm also write
+  // the Q8_K activations of their output for the integer tensor-core product that reads it
+  // next (false: every product quantizes its input itself; the tests compare the two).
   explicit CudaBackend(int device, bool fuse_quantize = true);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
@@ -45,8 +45,8 @@ class CudaBackend : public Backend {
   void add(float* x, const float* y, int64_t n) override;
   void add_rms_norm(float* x, const float* y, const float* w, int n, int dim, float eps, float* out,
                     size_t out_stride) override;
-  void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
-  void mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n) override;
+  void swiglu(const float* gate, const float* up, int rows, int n, float* out) override;
+  void mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n_heads, int n) override;
   void rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads, const int32_t* pos,
                  int n_rot, float theta) override;
   void qk_norm_rope(float* q, size_t q_head_stride, int n_head, const float* q_norm, float* k, int n_head_kv,
@@ -70,7 +70,7 @@ class CudaBackend : public Backend {
   void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) override;
   void top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids_host, float* vals_host) override;
 
-  // Products that took their Q8_K activations from the norm before them (tests check it).
+  // Products that took their Q8_K activations from the op before them (tests check it).
   int64_t fused_q8k_uses() const { return fused_q8k_uses_; }
 
   // The stream every op is queued on (for the profiler's event clock, cuda_op_clock.cpp).
@@ -105,13 +105,14 @@ class CudaBackend : public Backend {
   // Grows a grow-only device buffer to `bytes` (waits for queued work that may still use it).
   void ensure_scratch(void*& buf, size_t& cap, size_t bytes, const char* what);
 
-  // Q8_K activations of a norm's output, written by the norm kernel itself (cuda::rms_norm's
-  // q8k) into fused_q8k_. Valid only until the next op: products call take_fused_q8k() before
-  // enter(), and enter() clears the record, so any op in between (add() on the same buffer, a
-  // copy, an upload) invalidates it. CUDA graphs replay the same calls through these functions,
-  // so a captured step makes the same choices as the same step launched directly.
+  // Q8_K activations of an op's output, written by the op's kernel itself (cuda::rms_norm's
+  // q8k, and swiglu's, mul_sigmoid's, gated_rms_norm's) into fused_q8k_. Valid only until the
+  // next op: products call take_fused_q8k() before enter(), and enter() clears the record, so
+  // any op in between (add() on the same buffer, a copy, an upload) invalidates it. CUDA graphs
+  // replay the same calls through these functions, so a captured step makes the same choices as
+  // the same step launched directly.
   struct FusedQ8k {
-    const float* x = nullptr;  // the norm's output, the product's input
+    const float* x = nullptr;  // the op's output, the product's input
     int rows = 0;
     int64_t n_in = 0;
     // Whether they are the activations of a product of px with prows rows of pn_in inputs.
@@ -122,9 +123,9 @@ class CudaBackend : public Backend {
   FusedQ8k take_fused_q8k();
   // fused_q8k_ if f holds the activations of this product's input (counted), else null.
   const void* fused_q8k_of(const FusedQ8k& f, const float* x, int rows, int64_t n_in);
-  // fused_q8k_ ready for a norm of n rows of dim into out, or null where the norm does not fuse.
-  void* fused_q8k_for(const float* x, const float* y, size_t x_stride, const float* w, int n, int dim,
-                      const float* out, size_t out_stride);
+  // fused_q8k_ ready for an op writing `rows` rows of n_in floats (contiguous) and their Q8_K
+  // forms, or null where it does not fuse (`supported`: the op's kernel can; fuse_quantize_).
+  void* fused_q8k_for(bool supported, int rows, int64_t n_in, const char* what);
 
   int device_ = 0;
   CUstream_st* stream_ = nullptr;

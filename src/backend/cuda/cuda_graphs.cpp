@@ -470,14 +470,15 @@ void CudaGraphBackend::add(float* x, const float* y, int64_t n) {
   record(Op::kAdd, &CudaBackend::add, x, y, n);
 }
 
-void CudaGraphBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  if (!recording()) return CudaBackend::swiglu(gate, up, n, out);
-  record(Op::kSwiglu, &CudaBackend::swiglu, gate, up, n, out);
+void CudaGraphBackend::swiglu(const float* gate, const float* up, int rows, int n, float* out) {
+  if (!recording()) return CudaBackend::swiglu(gate, up, rows, n, out);
+  record(Op::kSwiglu, &CudaBackend::swiglu, gate, up, rows, n, out);
 }
 
-void CudaGraphBackend::mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n) {
-  if (!recording()) return CudaBackend::mul_sigmoid(x, x_stride, g, g_stride, rows, n);
-  record(Op::kMulSigmoid, &CudaBackend::mul_sigmoid, x, x_stride, g, g_stride, rows, n);
+void CudaGraphBackend::mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows,
+                                   int n_heads, int n) {
+  if (!recording()) return CudaBackend::mul_sigmoid(x, x_stride, g, g_stride, rows, n_heads, n);
+  record(Op::kMulSigmoid, &CudaBackend::mul_sigmoid, x, x_stride, g, g_stride, rows, n_heads, n);
 }
 
 void CudaGraphBackend::rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads,

@@ -68,8 +68,8 @@ class CudaGraphBackend final : public CudaBackend {
   void add(float* x, const float* y, int64_t n) override;
   void add_rms_norm(float* x, const float* y, const float* w, int n, int dim, float eps, float* out,
                     size_t out_stride) override;
-  void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
-  void mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n) override;
+  void swiglu(const float* gate, const float* up, int rows, int n, float* out) override;
+  void mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n_heads, int n) override;
   void rope_neox(float* x, size_t row_stride, size_t head_stride, int rows, int n_heads, const int32_t* pos,
                  int n_rot, float theta) override;
   void qk_norm_rope(float* q, size_t q_head_stride, int n_head, const float* q_norm, float* k, int n_head_kv,

@@ -1,15 +1,27 @@
 // Element-wise and per-head ops: embed, add, swiglu, mul_sigmoid, gated_rms_norm. All memory
 // bound with one read and one write per element; math in fp32 with the CPU backend's formulas.
+// swiglu, mul_sigmoid and gated_rms_norm feed products (ffn_down, attn_output, ssm_out): their
+// *_q8k_k forms also write the Q8_K activations of their output (q8k_fused.cuh), the float
+// output bit-identical to the plain kernel's (same value functions, explicit roundings).
 #include <algorithm>
 
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/q8k_fused.cuh"
 
 namespace df::cuda {
 
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kQ8kWarps = 2;       // swiglu_q8k_k, mul_sigmoid_q8k_k: warps a block, a super-block each
+constexpr int kGatedQ8kWarps = 8;  // gated_rms_norm_q8k_k: warps a block, a head each
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// One output value of each op, shared by its plain and fused kernels so both round alike.
+__device__ __forceinline__ float swiglu_value(float g, float u) { return __fmul_rn(silu(g), u); }
+__device__ __forceinline__ float gate_value(float x, float g) { return __fmul_rn(x, sigmoid(g)); }
 
 // Grid-stride element loops: enough blocks to fill the GPU, no more (n may exceed 2^31).
 inline unsigned elem_blocks(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096)); }
@@ -53,7 +65,37 @@ __global__ void swiglu_k(const float* gate, const float* __restrict__ up, int64_
   pdl_wait();
   pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = silu(gate[i]) * up[i];
+    out[i] = swiglu_value(gate[i], up[i]);
+}
+
+// swiglu_k plus out's Q8_K forms: warp w of block (x, r) takes super-block b = x kQ8kWarps + w
+// of row r (rows of n), eight values a lane, stores them and quantizes those very registers;
+// padding rows (r >= rows) write only the zeros. out may alias gate: each lane reads its
+// values before it writes them.
+__global__ void __launch_bounds__(kQ8kWarps * kWarp)
+    swiglu_q8k_k(const float* gate, const float* __restrict__ up, int rows, int n, float* out, Q8kOut a) {
+  pdl_wait();
+  pdl_trigger();
+  const int lane = threadIdx.x % kWarp, b = int(blockIdx.x) * kQ8kWarps + int(threadIdx.x) / kWarp;
+  const int r = blockIdx.y;
+  if (b >= n / kSb) return;  // whole warps: the stores shuffle
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = 0.0f;
+  if (r < rows) {
+    const int64_t e = int64_t(r) * n + int64_t(b) * kSb + 8 * lane;
+    const float4* g4 = reinterpret_cast<const float4*>(gate + e);
+    const float4* u4 = reinterpret_cast<const float4*>(up + e);
+    const float4 g0 = g4[0], g1 = g4[1], u0 = u4[0], u1 = u4[1];
+    v[0] = swiglu_value(g0.x, u0.x), v[1] = swiglu_value(g0.y, u0.y);
+    v[2] = swiglu_value(g0.z, u0.z), v[3] = swiglu_value(g0.w, u0.w);
+    v[4] = swiglu_value(g1.x, u1.x), v[5] = swiglu_value(g1.y, u1.y);
+    v[6] = swiglu_value(g1.z, u1.z), v[7] = swiglu_value(g1.w, u1.w);
+    float4* o4 = reinterpret_cast<float4*>(out + e);
+    o4[0] = make_float4(v[0], v[1], v[2], v[3]);
+    o4[1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
+  q8k_store_both(v, b, r, n, lane, a);
 }
 
 // Rows along y (grid-stride: rows may exceed the 65535 limit of gridDim.y).
@@ -64,8 +106,50 @@ __global__ void mul_sigmoid_k(float* __restrict__ x, size_t x_stride, const floa
   for (int r = blockIdx.y; r < rows; r += gridDim.y) {
     float* xr = x + r * x_stride;
     const float* gr = g + r * g_stride;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) xr[i] *= sigmoid(gr[i]);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+      xr[i] = gate_value(xr[i], gr[i]);
   }
+}
+
+// mul_sigmoid_k plus x's Q8_K forms, for x of rows x n_heads contiguous vectors of n (a product
+// row: n_heads n floats): as swiglu_q8k_k, warp w of block (x, r) takes super-block b of row
+// r; n % 8 == 0, so a lane's eight values lie in one head h, whose gate is at
+// g + (r n_heads + h) g_stride.
+__global__ void __launch_bounds__(kQ8kWarps * kWarp)
+    mul_sigmoid_q8k_k(float* __restrict__ x, const float* __restrict__ g, size_t g_stride, int rows, int n_heads,
+                      int n, Q8kOut a) {
+  pdl_wait();
+  pdl_trigger();
+  const int n_row = n_heads * n;
+  const int lane = threadIdx.x % kWarp, b = int(blockIdx.x) * kQ8kWarps + int(threadIdx.x) / kWarp;
+  const int r = blockIdx.y;
+  if (b >= n_row / kSb) return;  // whole warps: the stores shuffle
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = 0.0f;
+  if (r < rows) {
+    const int e = b * kSb + 8 * lane, h = e / n;
+    float4* x4 = reinterpret_cast<float4*>(x + int64_t(r) * n_row + e);
+    const float4* g4 = reinterpret_cast<const float4*>(g + (int64_t(r) * n_heads + h) * g_stride + (e - h * n));
+    const float4 x0 = x4[0], x1 = x4[1], g0 = g4[0], g1 = g4[1];
+    v[0] = gate_value(x0.x, g0.x), v[1] = gate_value(x0.y, g0.y);
+    v[2] = gate_value(x0.z, g0.z), v[3] = gate_value(x0.w, g0.w);
+    v[4] = gate_value(x1.x, g1.x), v[5] = gate_value(x1.y, g1.y);
+    v[6] = gate_value(x1.z, g1.z), v[7] = gate_value(x1.w, g1.w);
+    x4[0] = make_float4(v[0], v[1], v[2], v[3]);
+    x4[1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
+  q8k_store_both(v, b, r, n_row, lane, a);
+}
+
+// One (row, head) vector of length dim by one warp, in place: v = rms_norm(v; w) * silu(z).
+// Lane-strided, explicit roundings: gated_rms_norm_k and gated_rms_norm_q8k_k get the same bits.
+__device__ __forceinline__ void gated_rms_norm_vector(float* v, const float* zv, const float* __restrict__ w, int dim,
+                                                      float eps, int lane) {
+  float ss = 0.0f;
+  for (int j = lane; j < dim; j += kWarp) ss = __fmaf_rn(v[j], v[j], ss);
+  const float scale = 1.0f / sqrtf(warp_sum(ss) / float(dim) + eps);
+  for (int j = lane; j < dim; j += kWarp) v[j] = __fmul_rn(__fmul_rn(__fmul_rn(v[j], scale), w[j]), silu(zv[j]));
 }
 
 // One warp per (row, head) vector of length dim, contiguous: v = rms_norm(v; w) * silu(z).
@@ -75,13 +159,37 @@ __global__ void gated_rms_norm_k(float* __restrict__ x, const float* __restrict_
   pdl_trigger();
   const int64_t i = blockIdx.x * int64_t(blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (i >= n_vec) return;
-  const int lane = threadIdx.x % kWarp;
-  float* v = x + i * dim;
-  const float* zv = z + i * dim;
-  float ss = 0.0f;
-  for (int j = lane; j < dim; j += kWarp) ss += v[j] * v[j];
-  const float scale = 1.0f / sqrtf(warp_sum(ss) / float(dim) + eps);
-  for (int j = lane; j < dim; j += kWarp) v[j] = v[j] * scale * w[j] * silu(zv[j]);
+  gated_rms_norm_vector(x + i * dim, z + i * dim, w, dim, eps, threadIdx.x % kWarp);
+}
+
+// gated_rms_norm_k plus x's Q8_K forms. Row r (n_row = n_heads dim floats) is cut into chunks of
+// chunk_floats = max(dim, 256) floats, whole heads and whole super-blocks
+// (gated_rms_norm_q8k_supports); block (x, r) takes `chunks` of them (no other block touches
+// their heads): its warps norm the heads as gated_rms_norm_k does (same function, a warp a
+// head), then, after the barrier, quantize the super-blocks from the floats just written.
+__global__ void __launch_bounds__(kGatedQ8kWarps * kWarp)
+    gated_rms_norm_q8k_k(float* x, const float* __restrict__ z, const float* __restrict__ w, int rows, int n_heads,
+                         int dim, float eps, int chunk_floats, int chunks, Q8kOut a) {
+  pdl_wait();
+  pdl_trigger();
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, r = blockIdx.y;
+  const int n_row = n_heads * dim;
+  const int begin = int(blockIdx.x) * chunks * chunk_floats, end = min(n_row, begin + chunks * chunk_floats);
+  float* const row = x + int64_t(r) * n_row;  // not read or written for padding rows
+  if (r < rows) {
+    const float* zr = z + int64_t(r) * n_row;
+    for (int h = begin / dim + warp; h < end / dim; h += kGatedQ8kWarps)
+      gated_rms_norm_vector(row + int64_t(h) * dim, zr + int64_t(h) * dim, w, dim, eps, lane);
+  }
+  // The heads were normed by other warps: their floats are visible to all after the barrier.
+  __syncthreads();
+  for (int b = begin / kSb + warp; b < end / kSb; b += kGatedQ8kWarps) {  // whole warps
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = 0.0f;
+    if (r < rows) q8k_load_written(row, b, lane, v);
+    q8k_store_both(v, b, r, n_row, lane, a);
+  }
 }
 
 }  // namespace
@@ -96,17 +204,62 @@ bool embed(const Weight& table, const int32_t* tokens, int rows, float* out, cud
 
 void add(float* x, const float* y, int64_t n, cudaStream_t s) { launch(add_k, elem_blocks(n), kThreads, 0, s, x, y, n); }
 
-void swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s) {
-  launch(swiglu_k, elem_blocks(n), kThreads, 0, s, gate, up, n, out);
+bool swiglu_q8k_supports(const float* gate, const float* up, int rows, int n, const float* out) {
+  return rows >= 1 && rows <= kNormQ8kMaxRows && n > 0 && n % kSb == 0 && aligned16(gate) && aligned16(up) &&
+         aligned16(out);
 }
 
-void mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n, cudaStream_t s) {
-  const dim3 grid(ceil_div(n, kThreads), unsigned(std::min(rows, 65535)));
-  launch(mul_sigmoid_k, grid, kThreads, 0, s, x, x_stride, g, g_stride, rows, n);
+void swiglu(const float* gate, const float* up, int rows, int n, float* out, cudaStream_t s, void* q8k) {
+  if (q8k != nullptr) {
+    const Q8kOut a = q8k_out(q8k, n, rows);
+    const dim3 grid(ceil_div(n / kSb, kQ8kWarps), unsigned(a.q6.rows_pad));
+    launch(swiglu_q8k_k, grid, kQ8kWarps * kWarp, 0, s, gate, up, rows, n, out, a);
+    return;
+  }
+  const int64_t count = int64_t(rows) * n;
+  launch(swiglu_k, elem_blocks(count), kThreads, 0, s, gate, up, count, out);
+}
+
+bool mul_sigmoid_q8k_supports(const float* x, size_t x_stride, const float* g, size_t g_stride, int rows,
+                              int n_heads, int n) {
+  return rows >= 1 && rows <= kNormQ8kMaxRows && n_heads >= 1 && n > 0 && n % 8 == 0 &&
+         int64_t(n_heads) * n % kSb == 0 && int64_t(n_heads) * n <= INT32_MAX && x_stride == size_t(n) &&
+         g_stride % 4 == 0 && aligned16(x) && aligned16(g);
+}
+
+void mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n_heads, int n,
+                 cudaStream_t s, void* q8k) {
+  if (q8k != nullptr) {
+    const int n_row = n_heads * n;
+    const Q8kOut a = q8k_out(q8k, n_row, rows);
+    const dim3 grid(ceil_div(n_row / kSb, kQ8kWarps), unsigned(a.q6.rows_pad));
+    launch(mul_sigmoid_q8k_k, grid, kQ8kWarps * kWarp, 0, s, x, g, g_stride, rows, n_heads, n, a);
+    return;
+  }
+  const int vectors = rows * n_heads;
+  const dim3 grid(ceil_div(n, kThreads), unsigned(std::min(vectors, 65535)));
+  launch(mul_sigmoid_k, grid, kThreads, 0, s, x, x_stride, g, g_stride, vectors, n);
+}
+
+bool gated_rms_norm_q8k_supports(const float* x, int rows, int n_heads, int dim) {
+  if (rows < 1 || rows > kNormQ8kMaxRows || n_heads < 1 || dim < 1 || !aligned16(x)) return false;
+  if (int64_t(n_heads) * dim > INT32_MAX) return false;
+  const int n_row = n_heads * dim;
+  // Chunks of whole heads and whole super-blocks (gated_rms_norm_q8k_k).
+  return (kSb % dim == 0 && n_row % kSb == 0) || dim % kSb == 0;
 }
 
 void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim, float eps,
-                    cudaStream_t s) {
+                    cudaStream_t s, void* q8k) {
+  if (q8k != nullptr) {
+    const int n_row = n_heads * dim, chunk_floats = std::max(dim, kSb);
+    const int chunks = std::max(1, kGatedQ8kWarps / (chunk_floats / dim));  // about a head a warp
+    const Q8kOut a = q8k_out(q8k, n_row, rows);
+    const dim3 grid(ceil_div(n_row / chunk_floats, chunks), unsigned(a.q6.rows_pad));
+    launch(gated_rms_norm_q8k_k, grid, kGatedQ8kWarps * kWarp, 0, s, x, z, w, rows, n_heads, dim, eps, chunk_floats,
+           chunks, a);
+    return;
+  }
   const int64_t n_vec = int64_t(rows) * n_heads;
   constexpr int kWarps = 4;
   launch(gated_rms_norm_k, ceil_div(n_vec, kWarps), kWarps * kWarp, 0, s, x, z, w, n_vec, dim, eps);

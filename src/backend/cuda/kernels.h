@@ -38,8 +38,9 @@ void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scrat
 // once per 64- or 128-row tile and reuses each unpacked fragment for 4 n-tiles.
 bool imma_supports(const Weight& w);
 size_t imma_scratch_bytes(const Weight& w, int rows);
-// quantized: null, or x's Q8_K activations as a norm kernel wrote them with its output
-// (rms_norm / add_rms_norm's q8k, q8k_fused_bytes for this x and rows): no quantizer runs.
+// quantized: null, or x's Q8_K activations as the kernel that wrote x wrote them with it
+// (rms_norm / add_rms_norm / swiglu / mul_sigmoid / gated_rms_norm's q8k, q8k_fused_bytes for
+// this x and rows): no quantizer runs.
 void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                        cudaStream_t s, const void* quantized = nullptr);
 size_t q8k_fused_bytes(int64_t n_in, int rows);
@@ -73,10 +74,19 @@ void matmul_many(const Weight& w, const float* x, int rows, float* y, float* scr
 // elementwise.cu
 bool embed(const Weight& table, const int32_t* tokens, int rows, float* out, cudaStream_t s);
 void add(float* x, const float* y, int64_t n, cudaStream_t s);
-void swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s);
-void mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n, cudaStream_t s);
+// swiglu, mul_sigmoid, gated_rms_norm: q8k as rms_norm's below (q8k_fused_bytes(n_in, rows),
+// n_in the length of an output row: n, n_heads n, n_heads dim), only where the matching
+// *_q8k_supports says so (else null). mul_sigmoid's x then holds rows of n_heads contiguous
+// vectors (x_stride == n).
+bool swiglu_q8k_supports(const float* gate, const float* up, int rows, int n, const float* out);
+void swiglu(const float* gate, const float* up, int rows, int n, float* out, cudaStream_t s, void* q8k = nullptr);
+bool mul_sigmoid_q8k_supports(const float* x, size_t x_stride, const float* g, size_t g_stride, int rows,
+                              int n_heads, int n);
+void mul_sigmoid(float* x, size_t x_stride, const float* g, size_t g_stride, int rows, int n_heads, int n,
+                 cudaStream_t s, void* q8k = nullptr);
+bool gated_rms_norm_q8k_supports(const float* x, int rows, int n_heads, int dim);
 void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim, float eps,
-                    cudaStream_t s);
+                    cudaStream_t s, void* q8k = nullptr);
 
 // norm_rope.cu
 // q8k: null, or q8k_fused_bytes(dim, n) bytes into which the kernel also writes the Q8_K

@@ -2,9 +2,8 @@
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/imma_common.cuh"
-#include "backend/cuda/imma_q6k.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/q8k_fused.cuh"
 
 namespace df::cuda {
 
@@ -62,46 +61,29 @@ __global__ void rms_norm_k(float* x, const float* y, size_t x_stride, const floa
                               out + blockIdx.x * out_stride);
 }
 
-// Where rms_norm_q8k_k writes out's Q8_K activations: Q4_K's layout (imma_matmul.cu), then
-// Q6_K's (q8k_fused_q6k_offset), rows padded to rows_pad as the products pad them.
-struct NormQ8k {
-  int8_t* xq;
-  float* xd;
-  uint2* xm;
-  Q6kActs q6;
-};
-
-// rms_norm_k (float4 path) plus out's Q8_K forms: block r < n norms row r exactly as
-// rms_norm_k does (same function, same block width), then its warps quantize the row's
-// super-blocks as the quantizers do (q8k_quantize_values, q8k_store_q4k, q8k_store_q6k) from
-// the floats just written; blocks n .. rows_pad - 1 write the padding rows' zeros. The next
-// product then skips its quantizer launch (CudaBackend::add_rms_norm).
+// rms_norm_k (float4 path) plus out's Q8_K forms (q8k_fused.cuh): block r < n norms row r
+// exactly as rms_norm_k does (same function, same block width), then its warps quantize the
+// row's super-blocks as the quantizers do (q8k_store_both) from the floats just written;
+// blocks n .. rows_pad - 1 write the padding rows' zeros. The next product then skips its
+// quantizer launch (CudaBackend::add_rms_norm).
 template <bool kAdd>
 __global__ void rms_norm_q8k_k(float* x, const float* y, size_t x_stride, const float* __restrict__ w, int n, int dim,
-                               float eps, float* out, size_t out_stride, NormQ8k a) {
+                               float eps, float* out, size_t out_stride, Q8kOut a) {
   pdl_wait();
   pdl_trigger();
   const int r = blockIdx.x;
   float* const o = out + size_t(r) * out_stride;
   if (r < n) rms_norm_vector<true, kAdd>(x + r * x_stride, kAdd ? y + r * x_stride : nullptr, w, dim, eps, o);
   // The row's floats were written by every thread of the block: visible to all after the
-  // barrier; read back through L2 (__ldcg), never the read-only path, which this kernel's own
-  // writes do not reach.
+  // barrier (q8k_load_written reads them back through L2).
   __syncthreads();
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
   for (int b = warp; b < dim / kSb; b += n_warps) {  // whole warps: the stores shuffle
     float v[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = 0.0f;
-    if (r < n) {
-      const float4* p = reinterpret_cast<const float4*>(o + b * kSb + 8 * lane);
-      const float4 lo = __ldcg(p), hi = __ldcg(p + 1);
-      v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
-    }
-    int q[8];
-    const float d = q8k_quantize_values(v, q);
-    q8k_store_q4k(q, d, b, r, a.q6.rows_pad, dim, lane, a.xq, a.xd, a.xm);
-    q8k_store_q6k(q, d, b, r, lane, a.q6);
+    if (r < n) q8k_load_written(o, b, lane, v);
+    q8k_store_both(v, b, r, dim, lane, a);
   }
 }
 
@@ -181,23 +163,12 @@ int norm_threads(bool vec, int dim) {
   return vec ? std::clamp((dim / 4 + kWarp - 1) / kWarp * kWarp, kWarp, 1024) : reduce_threads(dim);
 }
 
-NormQ8k norm_q8k(void* buf, int dim, int n) {
-  const int rows_pad = (n + 7) / 8 * 8;
-  const Q8kLayout l = q8k_layout(dim, rows_pad);
-  auto* q4 = static_cast<uint8_t*>(buf);
-  auto* q6 = q4 + q8k_fused_q6k_offset(dim, rows_pad);
-  return NormQ8k{reinterpret_cast<int8_t*>(q4 + l.q), reinterpret_cast<float*>(q4 + l.d),
-                 reinterpret_cast<uint2*>(q4 + l.m),
-                 Q6kActs{reinterpret_cast<int8_t*>(q6 + l.q), reinterpret_cast<float*>(q6 + l.d),
-                         reinterpret_cast<uint2*>(q6 + l.s), rows_pad}};
-}
-
 void launch_rms_norm(float* x, const float* y, size_t x_stride, const float* w, int n, int dim, float eps, float* out,
                      size_t out_stride, cudaStream_t s, void* q8k) {
   const bool add = y != nullptr, vec = norm_vectorized(x, y, x_stride, w, dim, out, out_stride);
   const int threads = norm_threads(vec, dim);
   if (q8k != nullptr) {  // norm_q8k_supports: vec, whole super-blocks, at most kNormQ8kMaxRows rows
-    const NormQ8k a = norm_q8k(q8k, dim, n);
+    const Q8kOut a = q8k_out(q8k, dim, n);
     const unsigned blocks = unsigned(a.q6.rows_pad);
     if (add) launch(rms_norm_q8k_k<true>, blocks, threads, 0, s, x, y, x_stride, w, n, dim, eps, out, out_stride, a);
     else launch(rms_norm_q8k_k<false>, blocks, threads, 0, s, x, y, x_stride, w, n, dim, eps, out, out_stride, a);
