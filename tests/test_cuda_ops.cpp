@@ -2752,6 +2752,8 @@ TEST(CudaFusedQ8k, SwigluGatedNormAndGateProductsEqualUnfused) {
       EXPECT_TRUE(same_bits(got[i], want[i])) << names[i] << " rows " << rows << ": fused vs unfused";
       EXPECT_TRUE(same_bits(stepped[i], want[i])) << names[i] << " rows " << rows << ": replayed step vs unfused";
     }
+  }
+}
 
 // The Q4_K decode kernel reading the tile layout (quant/q4k_tiles.h, imma_decode_tiles) gives
 // the bits the kernel gives on the GGUF rows, at every kernel width (rows 1; 2-8; 9-16; 17-32),
