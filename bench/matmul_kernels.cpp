@@ -169,10 +169,15 @@ int main(int argc, char** argv) {
           check(cudaMemcpy(tiles_dev + tiles_stride * size_t(c), tiles.data(), tiles.size(), cudaMemcpyHostToDevice),
                 "upload tiles");
       }
-      // The tile copy holding the same weight as GGUF copy w.
+      // The tile copy holding the same weight as GGUF copy w (as CudaBackend::upload_matrix stores it).
       auto tiles_of = [&](const Weight& w) {
         const size_t copy = size_t(static_cast<const uint8_t*>(w.data) - dev) / stride;
-        return Weight{t, sh.n_in, sh.n_out, tiles_dev + tiles_stride * copy, row_bytes};
+        return Weight{t, sh.n_in, sh.n_out, tiles_dev + tiles_stride * copy, row_bytes, /*q4k_tiles=*/true};
+      };
+      auto imma = [&](const Weight& w, int rows) {
+        const Weight* ws[1] = {&w};
+        float* ys[1] = {y};
+        df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, s);
       };
       const size_t scratch_bytes = std::max(df::cuda::imma_scratch_bytes(w0, max_rows), df::cuda::mma_scratch_bytes(w0, max_rows));
       check(cudaMalloc(&scratch, scratch_bytes), "cudaMalloc (scratch)");
@@ -211,8 +216,8 @@ int main(int argc, char** argv) {
           gemm_shape("imma GEMM 128x64, 4 warps", df::cuda::ImmaGemmShape::k128x64Warps4),
           gemm_shape("imma GEMM 128x128, 8 warps", df::cuda::ImmaGemmShape::k128x128Warps8),
           gemm_shape("imma GEMM 128x128, 16 warps", df::cuda::ImmaGemmShape::k128x128Warps16),
-          {"imma, tile layout (quant/q4k_tiles.h)", tiles_dev != nullptr, 1, df::cuda::kImmaGemmMinRows, nullptr,
-           [&](const Weight& w, int rows) { df::cuda::imma_decode_tiles(tiles_of(w), x, rows, y, scratch, s); }},
+          {"imma, tile layout (quant/q4k_tiles.h)", tiles_dev != nullptr, 1, max_rows, nullptr,
+           [&](const Weight& w, int rows) { imma(tiles_of(w), rows); }},
           probe("probe: reads only, GGUF rows, 1 super-block in flight", false, 1),
           probe("probe: reads only, GGUF rows, 3 in flight", false, 3),
           probe("probe: reads only, tile-contiguous, 1 in flight", true, 1),
@@ -223,20 +228,18 @@ int main(int argc, char** argv) {
            [&](const Weight& w, int rows) { df::cuda::mv_matmul(w, x, rows, y, s); }}};
       if (tiles_dev != nullptr) {  // the tile kernel gives the GGUF kernel's bits
         std::string verdict = "equal";
-        for (int rows : {1, 2, 8, 9, 16, 32}) {
+        for (int rows : {1, 2, 8, 9, 16, 32, 33, 512}) {
           const size_t n = size_t(rows) * size_t(sh.n_out);
           std::vector<float> a(n), b(n);
-          const Weight* ws[1] = {&w0};
-          float* ys[1] = {y};
-          df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, s);
+          imma(w0, rows);
           check(cudaMemcpyAsync(a.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost, s), "download");
           check(cudaMemsetAsync(y, 0xFF, n * sizeof(float), s), "poison");
-          df::cuda::imma_decode_tiles(tiles_of(w0), x, rows, y, scratch, s);
+          imma(tiles_of(w0), rows);
           check(cudaMemcpyAsync(b.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost, s), "download");
           check(cudaStreamSynchronize(s), "tile check");
           if (std::memcmp(a.data(), b.data(), n * sizeof(float)) != 0) verdict = "DIFFER at " + std::to_string(rows) + " rows";
         }
-        std::printf("| %s | %s | %lld x %lld | 1-32 | tile layout vs GGUF rows, same bits: %s | | | | | | |\n",
+        std::printf("| %s | %s | %lld x %lld | 1-512 | tile layout vs GGUF rows, same bits: %s | | | | | | |\n",
                     df::type_name(t), sh.what, static_cast<long long>(sh.n_in), static_cast<long long>(sh.n_out),
                     verdict.c_str());
       }

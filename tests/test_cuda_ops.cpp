@@ -2755,40 +2755,78 @@ TEST(CudaFusedQ8k, SwigluGatedNormAndGateProductsEqualUnfused) {
   }
 }
 
-// The Q4_K decode kernel reading the tile layout (quant/q4k_tiles.h, imma_decode_tiles) gives
-// the bits the kernel gives on the GGUF rows, at every kernel width (rows 1; 2-8; 9-16; 17-32),
-// with a tail tile (300 and 37 outputs: padding rows repeat the last) and the 27B n_in values
-// (5120: 20 one-super-block slots; 17408: 23 slots of 3); outputs poisoned before each run.
-TEST_F(CudaOps, Q4kTileDecodeEqualsGgufRows) {
-  for (const auto& [n_in, n_out] : {std::pair<int64_t, int64_t>{5120, 300}, {17408, 37}, {6144, 512}, {256, 17}}) {
-    const HostWeight hw = make_weight(GgmlType::Q4_K, n_in, n_out, 9100 + uint64_t(n_in));
-    const int n_sb = int(n_in / 256);
-    std::vector<uint8_t> tiles(q4k_tiles_bytes(n_out, n_sb));
-    q4k_to_tiles(hw.bytes.data(), n_out, n_sb, tiles.data());
-    const Weight w{GgmlType::Q4_K, n_in, n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
-    const Weight wt{GgmlType::Q4_K, n_in, n_out, gpu().weight_data(tiles.data(), tiles.size()), hw.row_bytes};
-    constexpr int kMaxRows = 32;
-    const std::vector<float> x = make_activations(kMaxRows, n_in, 9200 + uint64_t(n_in));
+// Q4_K matrices stored as 16-row tiles (CudaBackend::upload_matrix, quant/q4k_tiles.h) give the
+// bits the GGUF rows give, through every kernel: the decode kernel at each width (rows 1; 2-8;
+// 9-16; 17-32), the prefill GEMM (33+ rows) in each block shape, one- and multi-super-block
+// slots (n_in 8448: 33 super-blocks), tail tiles (300, 37, 17, 129 outputs), a shared-input
+// group of two tiled weights; outputs poisoned before each run. An embedding lookup of a tiled
+// matrix is refused.
+TEST_F(CudaOps, Q4kTiledWeightsEqualRows) {
+  struct Shape {
+    int64_t n_in, n_out;
+  };
+  for (const Shape sh : {Shape{5120, 300}, Shape{17408, 37}, Shape{6144, 512}, Shape{256, 17}, Shape{8448, 129}}) {
+    const HostWeight hw = make_weight(GgmlType::Q4_K, sh.n_in, sh.n_out, 9100 + uint64_t(sh.n_in));
+    const HostWeight hw2 = make_weight(GgmlType::Q4_K, sh.n_in, 48, 9300 + uint64_t(sh.n_in));
+    const Weight w{GgmlType::Q4_K, sh.n_in, sh.n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
+    const Weight w2{GgmlType::Q4_K, sh.n_in, 48, gpu().weight_data(hw2.bytes.data(), hw2.bytes.size()), hw2.row_bytes};
+    const Weight wt = gpu().upload_matrix(Weight{GgmlType::Q4_K, sh.n_in, sh.n_out, hw.bytes.data(), hw.row_bytes});
+    const Weight wt2 = gpu().upload_matrix(Weight{GgmlType::Q4_K, sh.n_in, 48, hw2.bytes.data(), hw2.row_bytes});
+    ASSERT_TRUE(wt.q4k_tiles && wt2.q4k_tiles);
+    constexpr int kMaxRows = 512;
+    const std::vector<float> x = make_activations(kMaxRows, sh.n_in, 9200 + uint64_t(sh.n_in));
     float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
     gpu().upload(xd, x.data(), x.size() * sizeof(float));
-    const std::vector<float> poison(size_t(kMaxRows) * size_t(n_out), kPoison);
+    const std::vector<float> poison(size_t(kMaxRows) * size_t(sh.n_out), kPoison);
     float* yd = static_cast<float*>(gpu().alloc(poison.size() * sizeof(float)));
-    void* scratch = gpu().alloc(cuda::imma_scratch_bytes(w, kMaxRows));
-    for (int rows : {1, 2, 7, 8, 9, 16, 17, 32}) {
-      const size_t n = size_t(rows) * size_t(n_out);
-      std::vector<float> want(n), got(n);
-      gpu().upload(yd, poison.data(), n * sizeof(float));
-      gpu().matmul(w, xd, rows, yd);
-      gpu().download(want.data(), yd, n * sizeof(float));
-      gpu().upload(yd, poison.data(), n * sizeof(float));
-      gpu().synchronize();
-      cuda::imma_decode_tiles(wt, xd, rows, yd, scratch, nullptr);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      gpu().download(got.data(), yd, n * sizeof(float));
-      EXPECT_TRUE(same_bits(got, want)) << n_in << " x " << n_out << ", rows " << rows;
+    float* yd2 = static_cast<float*>(gpu().alloc(size_t(kMaxRows) * 48 * sizeof(float)));
+    auto get = [&](float* p, size_t n) {
+      std::vector<float> v(n);
+      gpu().download(v.data(), p, n * sizeof(float));
+      return v;
+    };
+    auto poisoned = [&](float* p, size_t n) {
+      gpu().upload(p, poison.data(), n * sizeof(float));
+      return p;
+    };
+    for (int rows : {1, 2, 7, 8, 9, 16, 17, 32, 33, 100, 512}) {
+      const size_t n = size_t(rows) * size_t(sh.n_out), n2 = size_t(rows) * 48;
+      gpu().matmul(w, xd, rows, poisoned(yd, n));
+      const std::vector<float> want = get(yd, n);
+      gpu().matmul(wt, xd, rows, poisoned(yd, n));
+      const std::vector<float> got = get(yd, n);
+      EXPECT_TRUE(same_bits(got, want)) << sh.n_in << " x " << sh.n_out << ", rows " << rows;
       EXPECT_TRUE(std::none_of(got.begin(), got.end(), [](float v) { return std::isnan(v); })) << "unwritten outputs";
+      if (rows == 1 || rows == 16 || rows == 100) {  // two tiled weights in one group
+        gpu().matmul(w2, xd, rows, poisoned(yd2, n2));
+        const std::vector<float> want2 = get(yd2, n2);
+        const Weight* ws[2] = {&wt, &wt2};
+        float* ys[2] = {poisoned(yd, n), poisoned(yd2, n2)};
+        gpu().matmul_shared_input(ws, ys, 2, xd, rows);
+        EXPECT_TRUE(same_bits(get(yd, n), want)) << "shared input, first, rows " << rows;
+        EXPECT_TRUE(same_bits(get(yd2, n2), want2)) << "shared input, second, rows " << rows;
+      }
+      if (rows == 100 || rows == 512) {  // every prefill block shape on the tiles
+        void* scratch = gpu().alloc(cuda::imma_scratch_bytes(w, rows));
+        gpu().synchronize();
+        cuda::imma_quantize(xd, sh.n_in, rows, scratch, nullptr);
+        for (cuda::ImmaGemmShape shape : {cuda::ImmaGemmShape::k128x64Warps4, cuda::ImmaGemmShape::k128x128Warps8,
+                                          cuda::ImmaGemmShape::k128x128Warps16}) {
+          gpu().upload(yd, poison.data(), n * sizeof(float));
+          gpu().synchronize();
+          cuda::imma_gemm_quantized(wt, yd, rows, scratch, nullptr, shape);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "shape " << int(shape);
+          EXPECT_TRUE(same_bits(get(yd, n), want)) << "GEMM shape " << int(shape) << ", rows " << rows;
+        }
+        gpu().release(scratch);
+      }
     }
-    gpu().release(scratch);
+    int32_t* tok = static_cast<int32_t*>(gpu().alloc(sizeof(int32_t)));
+    const int32_t zero = 0;
+    gpu().upload(tok, &zero, sizeof(zero));
+    EXPECT_ANY_THROW(gpu().embed(wt, tok, 1, yd)) << "an embedding lookup read Q4_K tiles as rows";
+    gpu().release(tok);
+    gpu().release(yd2);
     gpu().release(yd);
     gpu().release(xd);
   }

@@ -18,7 +18,10 @@ struct Weight {
   int64_t n_in = 0;   // ne0
   int64_t n_out = 0;  // ne1
   const void* data = nullptr;
-  size_t row_bytes = 0;
+  size_t row_bytes = 0;  // of a GGUF row (also when the bytes are stored otherwise)
+  // data holds the Q4_K tile layout (quant/q4k_tiles.h), not GGUF rows: Backend::upload_matrix
+  // of a backend whose products read it faster (CUDA); only those products read such weights.
+  bool q4k_tiles = false;
   explicit operator bool() const { return data != nullptr; }
 };
 
@@ -81,6 +84,14 @@ class Backend {
   // Makes weight bytes from the (mapped) file usable by ops. The CPU backend reads the mapping
   // in place; a GPU backend uploads. The file must outlive the backend's use of the result.
   virtual const void* weight_data(const void* host, size_t bytes) = 0;
+  // A matrix for the products (matmul, matmul_shared_input), host.data its GGUF bytes (as
+  // weight_data takes them): a backend may store it in a layout its product kernels read faster
+  // (CUDA: Q4_K as 16-row tiles). Embedding tables, which embed() reads by row, use weight_data.
+  virtual Weight upload_matrix(const Weight& host) {
+    Weight w = host;
+    w.data = weight_data(host.data, host.row_bytes * size_t(host.n_out));
+    return w;
+  }
 
   // --- dense ops (rows = batch rows) ---
   // y[r][o] = sum_k W[o][k] * x[r][k]; x is rows × n_in (contiguous), y is rows × n_out.

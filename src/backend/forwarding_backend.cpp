@@ -37,6 +37,11 @@ const void* ForwardingBackend::weight_data(const void* host, size_t bytes) {
   forward({BackendOp::kWeightData}, [&] { p = inner_.weight_data(host, bytes); });
   return p;
 }
+Weight ForwardingBackend::upload_matrix(const Weight& host) {
+  Weight w;
+  forward({BackendOp::kWeightData}, [&] { w = inner_.upload_matrix(host); });
+  return w;
+}
 void ForwardingBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
   forward({BackendOp::kMatmul, &w, rows}, [&] { inner_.matmul(w, x, rows, y); });
 }

@@ -52,6 +52,7 @@ class ForwardingBackend : public Backend {
                        const int32_t* index, size_t index_bytes) override;
   void synchronize() override;
   const void* weight_data(const void* host, size_t bytes) override;
+  Weight upload_matrix(const Weight& host) override;
   void matmul(const Weight& w, const float* x, int rows, float* y) override;
   void matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override;
   void embed(const Weight& table, const int32_t* tokens, int rows, float* out) override;

@@ -92,6 +92,9 @@ void generate_one(const RunArgs& a, const LoadedModel& m, SpecDecoder* spec, Gen
       j["mean_accept_len"] = st.mean_accept_len();
       j["draft_step_seconds"] = st.draft_step_seconds;
       j["plain_step_seconds"] = st.plain_step_seconds;
+      nlohmann::json steps = nlohmann::json::array();
+      for (const GenerateStats::Step& s : st.steps) steps.push_back({s.drafts, s.committed, s.ms});
+      j["steps"] = std::move(steps);  // [drafts (0: plain), committed, ms] per decode step
     }
     std::fprintf(stderr, "%s\n", j.dump().c_str());
   } else {

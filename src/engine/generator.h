@@ -39,6 +39,13 @@ struct GenerateStats {
   double draft_step_seconds = 0, plain_step_seconds = 0;
   // Per draft step, in order: drafts verified and drafts accepted (the acceptance profile).
   std::vector<int> step_drafts, step_accepted;
+  // Every decode step in order (SpecDecoder): drafts verified (0: plain), tokens committed, wall
+  // milliseconds: what the speculation policy saw (run --stats-json prints it as "steps").
+  struct Step {
+    int drafts, committed;
+    float ms;
+  };
+  std::vector<Step> steps;
   // tau: tokens committed per draft step, counting the target's own (bonus) token.
   double mean_accept_len() const { return draft_steps ? double(accepted_tokens + draft_steps) / draft_steps : 0; }
   double prefill_tok_s() const { return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0; }

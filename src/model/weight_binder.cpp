@@ -27,6 +27,17 @@ const gguf::TensorInfo& Binder::find(const std::string& name, const std::vector<
 
 Weight Binder::matrix(const std::string& name, int64_t n_in, int64_t n_out) const {
   const gguf::TensorInfo& t = find(name, {n_in, n_out});
+  Weight host;
+  host.type = t.type;
+  host.n_in = n_in;
+  host.n_out = n_out;
+  host.row_bytes = row_size(t.type, n_in);
+  host.data = t.data;
+  return be_.upload_matrix(host);
+}
+
+Weight Binder::embedding(const std::string& name, int64_t n_in, int64_t n_out) const {
+  const gguf::TensorInfo& t = find(name, {n_in, n_out});
   Weight w;
   w.type = t.type;
   w.n_in = n_in;

@@ -27,7 +27,7 @@ void TargetModel::bind(const gguf::File& f) {
   if (emb == nullptr) fail("{}: missing tensor 'token_embd.weight'", f.path());
   hp_.n_vocab = int(emb->ne[1]);
   const int64_t V = hp_.n_vocab;
-  tok_embd_ = b.matrix("token_embd.weight", E, V);
+  tok_embd_ = b.embedding("token_embd.weight", E, V);
   output_norm_ = b.vector("output_norm.weight", {E});
   // Tied embeddings: no output.weight, the embedding table doubles as the LM head.
   output_ = b.has("output.weight") ? b.matrix("output.weight", E, V) : tok_embd_;

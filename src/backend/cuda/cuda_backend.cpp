@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <vector>
 
 #include "backend/cuda/cuda_graphs.h"
 #include "backend/cuda/kernels.h"
+#include "quant/q4k_tiles.h"
 #include "util/error.h"
 
 namespace df {
@@ -153,6 +155,19 @@ const void* CudaBackend::weight_data(const void* host, size_t bytes) {
   return dev;
 }
 
+Weight CudaBackend::upload_matrix(const Weight& host) {
+  Weight probe = host;
+  probe.data = nullptr;  // (device allocations are aligned for every kernel)
+  if (host.type != GgmlType::Q4_K || !cuda::imma_supports(probe)) return Backend::upload_matrix(host);
+  const int n_sb = int(host.n_in / 256);
+  std::vector<uint8_t> tiles(q4k_tiles_bytes(host.n_out, n_sb));
+  q4k_to_tiles(static_cast<const uint8_t*>(host.data), host.n_out, n_sb, tiles.data());
+  Weight w = host;
+  w.data = weight_data(tiles.data(), tiles.size());
+  w.q4k_tiles = true;
+  return w;
+}
+
 const int32_t* CudaBackend::device_block_table(const SeqKv& seq) {
   const size_t n = size_t(std::max(seq.n_blocks, 0));
   if (n == 0) return nullptr;
@@ -231,6 +246,7 @@ void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
     check_launch("matmul");
     return;
   }
+  if (w.q4k_tiles) fail("matmul: Q4_K tiles that the integer kernels do not take");
   if (cuda::mma_supports(w)) {  // tensor cores (mma_matmul.cu), for every row count
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::mma_scratch_bytes(w, rows), "matmul");
     cuda::mma_matmul(w, x, rows, y, mma_scratch_, as_stream(stream_));
@@ -288,6 +304,7 @@ void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys,
 void CudaBackend::embed(const Weight& table, const int32_t* tokens, int rows, float* out) {
   if (rows <= 0) return;
   enter();
+  if (table.q4k_tiles) fail("embed: the table was uploaded as a matrix (Q4_K tiles); bind embeddings with weight_data");
   if (!cuda::embed(table, tokens, rows, out, as_stream(stream_)))
     fail("the CUDA backend cannot read embeddings of type {}", type_name(table.type));
   check_launch("embed");

@@ -36,6 +36,8 @@ class CudaBackend : public Backend {
                int rows) override;
   void synchronize() override;
   const void* weight_data(const void* host, size_t bytes) override;
+  // Q4_K matrices the integer kernels take are stored as 16-row tiles (quant/q4k_tiles.h).
+  Weight upload_matrix(const Weight& host) override;
 
   void matmul(const Weight& w, const float* x, int rows, float* y) override;
   void matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override;

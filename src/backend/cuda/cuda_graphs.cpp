@@ -412,6 +412,11 @@ const void* CudaGraphBackend::weight_data(const void* host, size_t bytes) {
   return CudaBackend::weight_data(host, bytes);
 }
 
+Weight CudaGraphBackend::upload_matrix(const Weight& host) {
+  flush();
+  return CudaBackend::upload_matrix(host);
+}
+
 void CudaGraphBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
   if (!recording()) return CudaBackend::matmul(w, x, rows, y);
   record(Op::kMatmul, &CudaBackend::matmul, w, x, rows, y);

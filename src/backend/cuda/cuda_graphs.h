@@ -59,6 +59,7 @@ class CudaGraphBackend final : public CudaBackend {
                int rows) override;
   void synchronize() override;
   const void* weight_data(const void* host, size_t bytes) override;
+  Weight upload_matrix(const Weight& host) override;
 
   void matmul(const Weight& w, const float* x, int rows, float* y) override;
   void matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override;

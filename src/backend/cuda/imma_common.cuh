@@ -35,6 +35,7 @@ struct Segments {
   int64_t y_stride[kMaxSegments];
   int first_block[kMaxSegments + 1];
   int n;
+  bool q4k_tiles;  // the weights are in the tile layout (quant/q4k_tiles.h): w[k] is a tile
 };
 
 // What block blockIdx.y of a launch computes: its segment's weight and output, and the first
@@ -289,19 +290,25 @@ inline Slots slots_of(int n_sb) {
 
 // Calls launch(segments) for weights ws[0..n) (same n_in) into ys: one launch while the
 // segments fit a grid's 65535 blocks of 16 outputs, else one per slice (for_output_slices).
-// No allocation: this runs for every product of a step.
+// No allocation: this runs for every product of a step. The weights share one layout (GGUF
+// rows or Q4_K tiles; callers group them so).
 template <class F>
 void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launch) {
   Segments cur{};
+  cur.q4k_tiles = n > 0 && ws[0]->q4k_tiles;
   for (int i = 0; i < n; ++i) {
     const Weight& w = *ws[i];
     for_output_slices(w.n_out, 16, [&](int64_t o, int64_t cnt, unsigned blocks) {
       if (cur.n == kMaxSegments || int64_t(cur.first_block[cur.n]) + blocks > 65535) {
         launch(cur);
+        const bool tiles = cur.q4k_tiles;
         cur = Segments{};
+        cur.q4k_tiles = tiles;
       }
       const int k = cur.n++;
-      cur.w[k] = static_cast<const uint8_t*>(w.data) + size_t(o) * w.row_bytes;
+      // A slice starts at output o, a multiple of 16: tile o / 16 of a tiled weight.
+      cur.w[k] = static_cast<const uint8_t*>(w.data) +
+                 (w.q4k_tiles ? size_t(o / kQ4kTileRows) * size_t(w.n_in / kSb) * kQ4kTileBytes : size_t(o) * w.row_bytes);
       cur.row_bytes[k] = w.row_bytes;
       cur.n_out[k] = cnt;
       cur.y[k] = ys[i] + o;

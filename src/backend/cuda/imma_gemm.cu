@@ -33,6 +33,7 @@
 // lo mma starts from the bits of 1.5 * 2^23, so lo + 256 hi is the bit pattern of the float
 // 1.5 * 2^23 + msum and one subtraction gives float(msum), exactly (|msum| < 2^22).
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/imma_common.cuh"
@@ -72,7 +73,9 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
 // register budget: ~220 per thread for MT = NT = 4). kMulti: slots of several super-blocks
 // (n_in > 32 * 256); the slot sums then stay in registers and the running totals move to
 // shared memory (touched once per slot), so both variants hold two values per output.
-template <int MT, int NT, int WM, int WN, bool kMulti>
+// kTiles: the weights in the tile layout (quant/q4k_tiles.h); the copies put each row back in
+// GGUF order in shared memory (its header in one 16-byte copy, its quants in 16 of 8 bytes).
+template <int MT, int NT, int WM, int WN, bool kMulti, bool kTiles>
 __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN))
     imma_gemm_kernel(const Segments segs, int n_sb, int per_slot, const int8_t* __restrict__ xq,
                      const float* __restrict__ xd, const uint2* __restrict__ xm, int n_in, int rows_pad, int rows) {
@@ -97,12 +100,31 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
   // Copies of super-block sb into stage st; rows past n_out or rows come in as zeros.
   auto load_w = [&](int st, int sb) {
     const uint32_t dst = smem_s + st * S::kBytes + S::kW;
+    if constexpr (kTiles) {
+      constexpr int kPieces = 1 + 16;  // the header, then 16 quant pieces of 8 bytes
 #pragma unroll 1
-    for (int i = tid; i < BM * kWChunks; i += kThreads) {
-      const int row = i / kWChunks, chunk = i % kWChunks;
-      const bool live = o0 + row < n_out;
-      const uint8_t* src = w + size_t(live ? o0 + row : 0) * row_bytes + size_t(sb) * kQ4kBytes + 16 * chunk;
-      cp_async16(dst + row * kQ4kBytes + 16 * chunk, src, live);
+      for (int i = tid; i < BM * kPieces; i += kThreads) {
+        const int row = i / kPieces, piece = i % kPieces;
+        const int64_t o = o0 + row;
+        const bool live = o < n_out;
+        const int rr = int(o % kQ4kTileRows);
+        const uint8_t* tile = w + (size_t(live ? o / kQ4kTileRows : 0) * size_t(n_sb) + size_t(sb)) * kQ4kTileBytes;
+        if (piece == 0) {
+          cp_async16(dst + row * kQ4kBytes, tile + kQ4kTileHeaders + 16 * rr, live);
+        } else {  // quant bytes 16 + 8c + 32i of the row: lane 4 (rr % 8) + c's word i, half rr / 8
+          const int q = piece - 1, i4 = q / 4, c = q % 4;
+          cp_async8(dst + row * kQ4kBytes + 16 + 8 * c + 32 * i4,
+                    tile + kQ4kTileQuantStride * i4 + 16 * (4 * (rr % 8) + c) + 8 * (rr / 8), live);
+        }
+      }
+    } else {
+#pragma unroll 1
+      for (int i = tid; i < BM * kWChunks; i += kThreads) {
+        const int row = i / kWChunks, chunk = i % kWChunks;
+        const bool live = o0 + row < n_out;
+        const uint8_t* src = w + size_t(live ? o0 + row : 0) * row_bytes + size_t(sb) * kQ4kBytes + 16 * chunk;
+        cp_async16(dst + row * kQ4kBytes + 16 * chunk, src, live);
+      }
     }
   };
   auto load_x = [&](int st, int sb) {
@@ -280,11 +302,11 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
     }
 }
 
-template <int MT, int NT, int WM, int WN, bool kMulti>
+template <int MT, int NT, int WM, int WN, bool kMulti, bool kTiles>
 void gemm_launch(const Segments& segs, int n_sb, int per_slot, const int8_t* xq, const float* xd, const uint2* xm,
                  int n_in, int rows, int rows_pad, cudaStream_t s) {
   constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN;
-  constexpr auto kernel = imma_gemm_kernel<MT, NT, WM, WN, kMulti>;
+  constexpr auto kernel = imma_gemm_kernel<MT, NT, WM, WN, kMulti, kTiles>;
   constexpr size_t smem = kStages * size_t(Stage<BM, BN>::kBytes) + (kMulti ? size_t(BM) * BN * sizeof(float) : 0);
   // Above the default 48 KiB of dynamic shared memory; all of the unified L1 as shared memory, so
   // that two 128 x 64 blocks fit an SM.
@@ -298,10 +320,14 @@ void gemm_launch(const Segments& segs, int n_sb, int per_slot, const int8_t* xq,
 template <int MT, int NT, int WM, int WN>
 void gemm_launch(const Segments& segs, int n_sb, const Slots& slots, const int8_t* xq, const float* xd,
                  const uint2* xm, int n_in, int rows, int rows_pad, cudaStream_t s) {
-  if (slots.per_slot > 1)
-    gemm_launch<MT, NT, WM, WN, true>(segs, n_sb, slots.per_slot, xq, xd, xm, n_in, rows, rows_pad, s);
-  else
-    gemm_launch<MT, NT, WM, WN, false>(segs, n_sb, slots.per_slot, xq, xd, xm, n_in, rows, rows_pad, s);
+  auto go = [&](auto multi, auto tiles) {
+    gemm_launch<MT, NT, WM, WN, decltype(multi)::value, decltype(tiles)::value>(segs, n_sb, slots.per_slot, xq, xd, xm,
+                                                                               n_in, rows, rows_pad, s);
+  };
+  using T = std::true_type;
+  using F = std::false_type;
+  if (slots.per_slot > 1) segs.q4k_tiles ? go(T{}, T{}) : go(T{}, F{});
+  else segs.q4k_tiles ? go(F{}, T{}) : go(F{}, F{});
 }
 
 }  // namespace

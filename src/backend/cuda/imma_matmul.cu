@@ -30,6 +30,7 @@
 // depends on the other rows of the call or on how many warps shared the slots
 // (tests/test_cuda_ops.cpp RowsAreBatchInvariant), which speculation relies on.
 #include <algorithm>
+#include <stdexcept>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/imma_common.cuh"
@@ -328,34 +329,21 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
   if (quantized == nullptr)
     launch(quantize_q8k_k, dim3(unsigned(n_sb), unsigned(rows_pad)), kWarp, 0, s, x, rows, rows_pad, int(n_in), xq, xd,
            xm);
+  for (int i = 1; i < n; ++i)
+    if (ws[i]->q4k_tiles != ws[0]->q4k_tiles) throw std::invalid_argument("imma_matmul_group: weights of two layouts");
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
-    if (rows > kImmaGemmMinRows) imma_gemm(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    else if (rows == 1) imma_launch<1, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    else if (rows <= 8) imma_launch<1>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    else if (rows <= 16) imma_launch<2>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    else imma_launch<4>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-  });
-}
-
-// The decode kernel on a weight in the tile layout (bench/matmul_kernels' comparison; not yet
-// a backend path: the prefill GEMM and the other kernels read the GGUF rows).
-void imma_decode_tiles(const Weight& tiles, const float* x, int rows, float* y, void* scratch, cudaStream_t s) {
-  const int64_t n_in = tiles.n_in;
-  const int rows_pad = (rows + 7) / 8 * 8;
-  const Q8kLayout l = q8k_layout(n_in, rows_pad);
-  auto* base = static_cast<uint8_t*>(scratch);
-  auto* xq = reinterpret_cast<int8_t*>(base + l.q);
-  auto* xd = reinterpret_cast<float*>(base + l.d);
-  auto* xm = reinterpret_cast<uint2*>(base + l.m);
-  launch(quantize_q8k_k, dim3(unsigned(n_in / kSb), unsigned(rows_pad)), kWarp, 0, s, x, rows, rows_pad, int(n_in), xq,
-         xd, xm);
-  const Weight* ws[1] = {&tiles};
-  float* ys[1] = {y};
-  for_each_launch(ws, ys, 1, [&](const Segments& segs) {
-    if (rows == 1) imma_launch<1, true, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    else if (rows <= 8) imma_launch<1, false, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    else if (rows <= 16) imma_launch<2, false, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    else imma_launch<4, false, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    if (rows > kImmaGemmMinRows) return imma_gemm(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    if (segs.q4k_tiles) {
+      if (rows == 1) imma_launch<1, true, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+      else if (rows <= 8) imma_launch<1, false, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+      else if (rows <= 16) imma_launch<2, false, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+      else imma_launch<4, false, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    } else {
+      if (rows == 1) imma_launch<1, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+      else if (rows <= 8) imma_launch<1>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+      else if (rows <= 16) imma_launch<2>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+      else imma_launch<4>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    }
   });
 }
 

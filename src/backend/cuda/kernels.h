@@ -44,10 +44,7 @@ size_t imma_scratch_bytes(const Weight& w, int rows);
 void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                        cudaStream_t s, const void* quantized = nullptr);
 size_t q8k_fused_bytes(int64_t n_in, int rows);
-// The Q4_K decode kernel (rows <= kImmaGemmMinRows) on tiles: a weight whose data is in the
-// tile layout (quant/q4k_tiles.h); same bits as imma_matmul_group on the GGUF rows. For
-// bench/matmul_kernels until the backend stores Q4_K weights as tiles.
-void imma_decode_tiles(const Weight& tiles, const float* x, int rows, float* y, void* scratch, cudaStream_t s);
+
 constexpr int kImmaGemmMinRows = 32;
 // imma_gemm.cu -- imma_matmul_group's two steps for Q4_K and rows > kImmaGemmMinRows, apart, so that
 // bench/matmul_kernels can time the GEMM alone: imma_quantize writes x's Q8_K form into scratch
