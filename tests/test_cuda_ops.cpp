@@ -1694,6 +1694,36 @@ std::vector<int32_t> greedy_ids(TargetModel& tm, const std::vector<int32_t>& pro
 // 40 decode steps from a 5-token prompt cross two KV blocks (16 tokens each), so the block
 // table grows twice (staged padded to 1, 2, then 4 blocks): the graph must follow, replaying
 // with new table contents within a bucket and re-capturing across, never replaying stale ones.
+// A model whose Q4_K matrices are stored as tiles (make_cuda_backend's q4k_tiles) computes the
+// very logits of the GGUF-row one, step by step, direct and replayed as CUDA graphs (whose tapes
+// must carry the layout: a replay that read tiles as rows gave garbage on the H200), and the
+// same greedy ids through the device argmax.
+TEST(CudaGraphs, Q4kTilesGiveTheSameLogits) {
+  if (!have_gpu()) GTEST_SKIP() << kNoGpu;
+  test::TempDir dir;
+  for (const auto& [arch, type] : {std::pair{"qwen3", "q4_k"}, std::pair{"qwen35", "q4_k"}, std::pair{"qwen35", "mix-q4_k_m"}}) {
+    SCOPED_TRACE(std::string(arch) + " " + type);
+    auto file = gguf::File::open(make_graph_test_model(dir, arch, type, 43));
+    auto rows = make_cuda_backend(0, false);
+    auto tiles_direct = make_cuda_backend(0, false, true), tiles_graphs = make_cuda_backend(0, true, true);
+    TargetModel tr(*file, *rows, ModelOptions{}), td(*file, *tiles_direct, ModelOptions{}),
+        tg(*file, *tiles_graphs, ModelOptions{});
+    const std::vector<int32_t> prompt = {7, 3, 19, 200, 42};
+    constexpr int kSteps = 24;
+    const GreedyRun r = run_greedy(tr, prompt, kSteps);
+    for (TargetModel* t : {&td, &tg}) {
+      const GreedyRun g = run_greedy(*t, prompt, kSteps);
+      const char* how = t == &td ? "tiles, direct" : "tiles, graphs";
+      EXPECT_EQ(g.gen, r.gen) << how;
+      EXPECT_TRUE(same_bits(g.prompt_logits, r.prompt_logits)) << how << ": prompt logits";
+      ASSERT_EQ(g.step_logits.size(), r.step_logits.size());
+      for (size_t i = 0; i < g.step_logits.size(); ++i)
+        EXPECT_TRUE(same_bits(g.step_logits[i], r.step_logits[i])) << how << ": logits of step " << i;
+      EXPECT_EQ(greedy_ids(*t, prompt, kSteps), r.gen) << how << ": device argmax";
+    }
+  }
+}
+
 TEST(CudaGraphs, DecodeIsBitIdenticalToDirectLaunches) {
   if (!have_gpu()) GTEST_SKIP() << kNoGpu;
   test::TempDir dir;
@@ -2762,6 +2792,7 @@ TEST(CudaFusedQ8k, SwigluGatedNormAndGateProductsEqualUnfused) {
 // group of two tiled weights; outputs poisoned before each run. An embedding lookup of a tiled
 // matrix is refused.
 TEST_F(CudaOps, Q4kTiledWeightsEqualRows) {
+  gpu_ = make_cuda_backend(0, true, /*q4k_tiles=*/true);  // a backend whose upload_matrix tiles Q4_K
   struct Shape {
     int64_t n_in, n_out;
   };

@@ -19,6 +19,12 @@ constexpr int kProbeSteps = 2;        // speculative steps of a re-probe before 
 // decay per observation of a request's own counts (a window of ~50: acceptance moves with the
 // text) and of the shared profile (~100).
 constexpr double kPriorSteps = 8;
+// Speculation turns off only when its best expected cost per token exceeds a plain step's by
+// this factor: a wrong "off" costs reprobe_tokens plain tokens, a wrong "on" at most this much
+// on the steps until the next judgement (every step). On the demo pair's H200 step trace
+// (tests/test_spec_policy_trace.cpp) requests opened with a few poorly accepted steps and
+// were turned off for 64 tokens where speculation then paid 3x.
+constexpr double kOffMargin = 1.2;
 constexpr double kOwnDecay = 0.98;
 constexpr double kSharedDecay = 0.99;
 }  // namespace
@@ -134,7 +140,7 @@ void SpecPolicy::record(double seconds, int committed, int drafted) {
       break;
     }
   if (!measured(widest_n) || probe_steps_ < kProbeSteps) return;
-  if (best_cost_per_token(widest_n) > c_->plain_cost) {
+  if (best_cost_per_token(widest_n) > kOffMargin * c_->plain_cost) {
     off_tokens_left_ = opt_.reprobe_tokens * backoff_;
     backoff_ = std::min(backoff_ * 2, kMaxBackoff);
     probe_paid_ = false;

@@ -29,7 +29,8 @@ cudaStream_t as_stream(CUstream_st* s) { return s; }
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device, bool fuse_quantize) : device_(device), fuse_quantize_(fuse_quantize) {
+CudaBackend::CudaBackend(int device, bool fuse_quantize, bool q4k_tiles)
+    : device_(device), fuse_quantize_(fuse_quantize), q4k_tiles_(q4k_tiles) {
   check(cudaSetDevice(device), "cudaSetDevice");
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -158,7 +159,7 @@ const void* CudaBackend::weight_data(const void* host, size_t bytes) {
 Weight CudaBackend::upload_matrix(const Weight& host) {
   Weight probe = host;
   probe.data = nullptr;  // (device allocations are aligned for every kernel)
-  if (host.type != GgmlType::Q4_K || !cuda::imma_supports(probe)) return Backend::upload_matrix(host);
+  if (!q4k_tiles_ || host.type != GgmlType::Q4_K || !cuda::imma_supports(probe)) return Backend::upload_matrix(host);
   const int n_sb = int(host.n_in / 256);
   std::vector<uint8_t> tiles(q4k_tiles_bytes(host.n_out, n_sb));
   q4k_to_tiles(static_cast<const uint8_t*>(host.data), host.n_out, n_sb, tiles.data());
@@ -555,12 +556,12 @@ int cuda_device_count() {
   return n;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device, bool cuda_graphs) {
+std::unique_ptr<Backend> make_cuda_backend(int device, bool cuda_graphs, bool q4k_tiles) {
   const int n = cuda_device_count();
   if (n == 0) fail("no CUDA device is available (no GPU, or no driver)");
   if (device < 0 || device >= n) fail("CUDA device {} does not exist ({} device{} present)", device, n, n == 1 ? "" : "s");
-  if (cuda_graphs) return std::make_unique<CudaGraphBackend>(device);
-  return std::make_unique<CudaBackend>(device);
+  if (cuda_graphs) return std::make_unique<CudaGraphBackend>(device, true, q4k_tiles);
+  return std::make_unique<CudaBackend>(device, true, q4k_tiles);
 }
 
 }  // namespace df

@@ -130,7 +130,8 @@ void CudaGraphBackend::replay(Reader& r, void (C::*fn)(A...)) {
   std::apply([&](auto&... a) { (this->*fn)(a...); }, args);
 }
 
-CudaGraphBackend::CudaGraphBackend(int device, bool fuse_quantize) : CudaBackend(device, fuse_quantize) {
+CudaGraphBackend::CudaGraphBackend(int device, bool fuse_quantize, bool q4k_tiles)
+    : CudaBackend(device, fuse_quantize, q4k_tiles) {
   cudaEvent_t e = nullptr;
   check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   pinned_free_ = e;

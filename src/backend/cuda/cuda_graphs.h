@@ -41,7 +41,8 @@ struct CudaGraphStats {
 
 class CudaGraphBackend final : public CudaBackend {
  public:
-  explicit CudaGraphBackend(int device, bool fuse_quantize = true);  // fuse_quantize: as CudaBackend
+  // fuse_quantize, q4k_tiles: as CudaBackend
+  explicit CudaGraphBackend(int device, bool fuse_quantize = true, bool q4k_tiles = false);
   ~CudaGraphBackend() override;
 
   void begin_step() override;
