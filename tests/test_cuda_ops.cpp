@@ -2515,6 +2515,37 @@ TEST_F(CudaOps, ImmaGemmShapesGiveTheSameBits) {
 // ---------------------------------------------------------------------------------------------
 // Q8_K activations written by the norm kernels (CudaBackend's fuse_quantize)
 
+// prepare() then sequence() once, run directly (in_steps 0), or in_steps times with sequence()
+// as a step (run directly, captured, replayed, ...).
+template <class P, class S>
+void run_as_steps(Backend& be, int in_steps, P& prepare, S& sequence) {
+  if (in_steps == 0) {
+    prepare();
+    sequence();
+  }
+  for (int i = 0; i < in_steps; ++i) {
+    prepare();
+    StepScope step(be);
+    sequence();
+  }
+}
+
+// The buffers of bufs (each {p, n}) at the pointers `order`, downloaded in that order; then
+// every buffer of bufs released.
+template <class Buf>
+std::vector<std::vector<float>> download_and_release(Backend& be, const std::vector<Buf>& bufs,
+                                                     std::initializer_list<float*> order) {
+  std::vector<std::vector<float>> out;
+  for (float* p : order)
+    for (const Buf& b : bufs)
+      if (b.p == p) {
+        out.emplace_back(b.n);
+        be.download(out.back().data(), p, b.n * sizeof(float));
+      }
+  for (const Buf& b : bufs) be.release(b.p);
+  return out;
+}
+
 // A weight of n_out rows repeating `period` random ones (make_weight is slow at 17408 x 5120).
 HostWeight tiled_weight(GgmlType t, int64_t n_in, int64_t n_out, int period, uint64_t seed) {
   const HostWeight base = make_weight(t, n_in, period, seed);
@@ -2586,25 +2617,8 @@ struct FusedQ8kSequence {
       be.add_rms_norm(x, y2d, nwd, rows, kDim, eps, u, kDim);
       be.matmul(gate, u2, rows, t3);
     };
-    if (in_steps == 0) {
-      prepare();
-      sequence();
-    }
-    for (int i = 0; i < in_steps; ++i) {
-      prepare();
-      StepScope step(be);
-      sequence();
-    }
-    std::vector<std::vector<float>> outs;
-    for (float* p : {x, u, u2, g, upy, q6y, t1, t2, t3}) {
-      for (const Buf& b : bufs)
-        if (b.p == p) {
-          outs.emplace_back(b.n);
-          be.download(outs.back().data(), p, b.n * sizeof(float));
-        }
-    }
-    for (const Buf& b : bufs) be.release(b.p);
-    return outs;
+    run_as_steps(be, in_steps, prepare, sequence);
+    return download_and_release(be, bufs, {x, u, u2, g, upy, q6y, t1, t2, t3});
   }
 };
 
@@ -2722,25 +2736,8 @@ struct FusedQ8kProducersSequence {
       be.gated_rms_norm(d2, zd, wnd, rows, kGdnHeads, kGdnDim, eps);
       be.matmul(out_q4, a1, rows, y_other);
     };
-    if (in_steps == 0) {
-      prepare();
-      sequence();
-    }
-    for (int i = 0; i < in_steps; ++i) {
-      prepare();
-      StepScope step(be);
-      sequence();
-    }
-    std::vector<std::vector<float>> result;
-    for (float* p : {g1, g2, d1, d2, a1, y_dq4, y_dq6, y_stale_sw, y_oq4, y_stale_g, y_aq4, y_aq6, y_other}) {
-      for (const Buf& b : bufs)
-        if (b.p == p) {
-          result.emplace_back(b.n);
-          be.download(result.back().data(), p, b.n * sizeof(float));
-        }
-    }
-    for (const Buf& b : bufs) be.release(b.p);
-    return result;
+    run_as_steps(be, in_steps, prepare, sequence);
+    return download_and_release(be, bufs, {g1, g2, d1, d2, a1, y_dq4, y_dq6, y_stale_sw, y_oq4, y_stale_g, y_aq4, y_aq6, y_other});
   }
 };
 

@@ -112,7 +112,6 @@ void DraftModel::store_context_kv(const DraftLayerWeights& L, int rows, const Se
 }
 
 void DraftModel::ingest(SequenceStore& st, int seq, const float* features, int rows) {
-  Scratch& s = *s_;
   const size_t E = size_t(hp_.n_embd), W = E * size_t(hp_.n_target_layers());
   if (window_ && rows > window_ + block_) {  // older rows would only be overwritten in the ring
     const int skip = rows - (window_ + block_);

@@ -25,25 +25,24 @@ const gguf::TensorInfo& Binder::find(const std::string& name, const std::vector<
   return *t;
 }
 
-Weight Binder::matrix(const std::string& name, int64_t n_in, int64_t n_out) const {
-  const gguf::TensorInfo& t = find(name, {n_in, n_out});
-  Weight host;
-  host.type = t.type;
-  host.n_in = n_in;
-  host.n_out = n_out;
-  host.row_bytes = row_size(t.type, n_in);
-  host.data = t.data;
-  return be_.upload_matrix(host);
-}
-
-Weight Binder::embedding(const std::string& name, int64_t n_in, int64_t n_out) const {
+Weight Binder::host_weight(const std::string& name, int64_t n_in, int64_t n_out) const {
   const gguf::TensorInfo& t = find(name, {n_in, n_out});
   Weight w;
   w.type = t.type;
   w.n_in = n_in;
   w.n_out = n_out;
   w.row_bytes = row_size(t.type, n_in);
-  w.data = be_.weight_data(t.data, t.nbytes);
+  w.data = t.data;
+  return w;
+}
+
+Weight Binder::matrix(const std::string& name, int64_t n_in, int64_t n_out) const {
+  return be_.upload_matrix(host_weight(name, n_in, n_out));
+}
+
+Weight Binder::embedding(const std::string& name, int64_t n_in, int64_t n_out) const {
+  Weight w = host_weight(name, n_in, n_out);
+  w.data = be_.weight_data(w.data, w.row_bytes * size_t(n_out));
   return w;
 }
 

@@ -24,6 +24,8 @@ class Binder {
   const float* vector(const std::string& name, const std::vector<int64_t>& ne) const;
 
  private:
+  Weight host_weight(const std::string& name, int64_t n_in, int64_t n_out) const;  // data: the mapped bytes
+
   const gguf::File& f_;
   Backend& be_;
   std::vector<void*>& owned_;

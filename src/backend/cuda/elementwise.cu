@@ -23,6 +23,20 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 __device__ __forceinline__ float swiglu_value(float g, float u) { return __fmul_rn(silu(g), u); }
 __device__ __forceinline__ float gate_value(float x, float g) { return __fmul_rn(x, sigmoid(g)); }
 
+// A lane's eight consecutive values of a fused kernel: v[j] = f(a[j], b[j]), written to out
+// (which may be a: every load comes first), 16-byte aligned.
+template <class F>
+__device__ __forceinline__ void map8(const float* a, const float* b, float* out, float (&v)[8], F f) {
+  const float4* a4 = reinterpret_cast<const float4*>(a);
+  const float4* b4 = reinterpret_cast<const float4*>(b);
+  const float4 a0 = a4[0], a1 = a4[1], b0 = b4[0], b1 = b4[1];
+  v[0] = f(a0.x, b0.x), v[1] = f(a0.y, b0.y), v[2] = f(a0.z, b0.z), v[3] = f(a0.w, b0.w);
+  v[4] = f(a1.x, b1.x), v[5] = f(a1.y, b1.y), v[6] = f(a1.z, b1.z), v[7] = f(a1.w, b1.w);
+  float4* o4 = reinterpret_cast<float4*>(out);
+  o4[0] = make_float4(v[0], v[1], v[2], v[3]);
+  o4[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
 // Grid-stride element loops: enough blocks to fill the GPU, no more (n may exceed 2^31).
 inline unsigned elem_blocks(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096)); }
 
@@ -84,16 +98,7 @@ __global__ void __launch_bounds__(kQ8kWarps * kWarp)
   for (int j = 0; j < 8; ++j) v[j] = 0.0f;
   if (r < rows) {
     const int64_t e = int64_t(r) * n + int64_t(b) * kSb + 8 * lane;
-    const float4* g4 = reinterpret_cast<const float4*>(gate + e);
-    const float4* u4 = reinterpret_cast<const float4*>(up + e);
-    const float4 g0 = g4[0], g1 = g4[1], u0 = u4[0], u1 = u4[1];
-    v[0] = swiglu_value(g0.x, u0.x), v[1] = swiglu_value(g0.y, u0.y);
-    v[2] = swiglu_value(g0.z, u0.z), v[3] = swiglu_value(g0.w, u0.w);
-    v[4] = swiglu_value(g1.x, u1.x), v[5] = swiglu_value(g1.y, u1.y);
-    v[6] = swiglu_value(g1.z, u1.z), v[7] = swiglu_value(g1.w, u1.w);
-    float4* o4 = reinterpret_cast<float4*>(out + e);
-    o4[0] = make_float4(v[0], v[1], v[2], v[3]);
-    o4[1] = make_float4(v[4], v[5], v[6], v[7]);
+    map8(gate + e, up + e, out + e, v, [](float g, float u) { return swiglu_value(g, u); });
   }
   q8k_store_both(v, b, r, n, lane, a);
 }
@@ -129,15 +134,9 @@ __global__ void __launch_bounds__(kQ8kWarps * kWarp)
   for (int j = 0; j < 8; ++j) v[j] = 0.0f;
   if (r < rows) {
     const int e = b * kSb + 8 * lane, h = e / n;
-    float4* x4 = reinterpret_cast<float4*>(x + int64_t(r) * n_row + e);
-    const float4* g4 = reinterpret_cast<const float4*>(g + (int64_t(r) * n_heads + h) * g_stride + (e - h * n));
-    const float4 x0 = x4[0], x1 = x4[1], g0 = g4[0], g1 = g4[1];
-    v[0] = gate_value(x0.x, g0.x), v[1] = gate_value(x0.y, g0.y);
-    v[2] = gate_value(x0.z, g0.z), v[3] = gate_value(x0.w, g0.w);
-    v[4] = gate_value(x1.x, g1.x), v[5] = gate_value(x1.y, g1.y);
-    v[6] = gate_value(x1.z, g1.z), v[7] = gate_value(x1.w, g1.w);
-    x4[0] = make_float4(v[0], v[1], v[2], v[3]);
-    x4[1] = make_float4(v[4], v[5], v[6], v[7]);
+    float* const xe = x + int64_t(r) * n_row + e;
+    map8(xe, g + (int64_t(r) * n_heads + h) * g_stride + (e - h * n), xe, v,
+         [](float xv, float gv) { return gate_value(xv, gv); });
   }
   q8k_store_both(v, b, r, n_row, lane, a);
 }
