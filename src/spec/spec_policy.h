@@ -1,11 +1,12 @@
 // When and how wide to speculate, from measured step times (never from constants):
 // - off: speculation turns itself off while its best expected cost per committed token exceeds
-//   the measured cost of a plain decode step, and re-probes after `reprobe_tokens` plain
-//   tokens; each probe that fails again doubles that wait (up to 16x), a probe that pays resets it;
+//   the measured cost of a plain decode step by 20% (a wrong "off" costs more than a wrong
+//   "on"), and re-probes after `reprobe_tokens` plain tokens; each probe that fails again
+//   doubles that wait (up to 16x), a probe that pays resets it;
 // - width: among n, n/2 and n/4 drafts per step (n = the block's drafts, or --draft-max), it
 //   verifies the width with the lowest expected cost per committed token: the measured step
 //   time at that width over 1 + sum_k P(the first k drafts are accepted), with P from the
-//   acceptances seen so far. Narrower blocks win where wide verify steps cost more than their
+//   acceptances seen so far (a new request starts from the drafter's recent profile). Narrower blocks win where wide verify steps cost more than their
 //   extra acceptances bring (long contexts, weak drafts). Every width is measured first and
 //   re-measured every 16 speculative steps, as step costs change with the context length.
 #pragma once
