@@ -237,10 +237,13 @@ if [ "$BENCH" = 1 ]; then
   make_pid=$!
 fi
 
-# --- CUDA tests (with --bench: what the bench's ~150 s leave of the budget) ---
+# --- CUDA tests (with --bench: what the benches asked for leave of the budget: ~60 s a model,
+# ~60 s for --spec, ~80 s for --kernels) ---
 cuda_rc=0
 test_limit=420
-[ "$BENCH" = 1 ] && test_limit=$(( $(left) - 150 ))
+n_models=$(echo "${MODELS//,/ }" | wc -w)
+bench_reserve=$(( 20 + 60 * n_models + (SPEC == 1 ? 60 : 0) + (KERNELS == 1 ? 80 : 0) ))
+[ "$BENCH" = 1 ] && test_limit=$(( $(left) - bench_reserve ))
 [ "$test_limit" -lt 60 ] && test_limit=60
 timeout "$test_limit" "$BUILD/tests/test_cuda_ops" --gtest_filter="$FILTER" --gtest_output="xml:$LOG/test_cuda_ops.xml" \
   >"$LOG/test_cuda_ops.log" 2>&1 || cuda_rc=$?
