@@ -142,18 +142,23 @@ TEST_P(DemoDrafter, LiveAcceptanceEqualsTeacherForcedAcceptance) {
     const float* feats = tm.features();
     size_t p = prompt.size();  // the first anchor: the first generated token
     std::vector<int32_t> ids;
-    for (size_t j = 0; j < st.step_drafts.size(); ++j) {
+    for (const GenerateStats::Step& s : st.steps) {
+      if (s.drafts == 0) {  // a plain step commits one token
+        ++p;
+        continue;
+      }
+      const int accepted = s.committed - 1;
       auto ds = dm.make_state(1, 512);
       const int dseq = ds->create();
       dm.ingest(*ds, dseq, feats, int(p));
       dm.draft_greedy(*ds, dseq, seq[p], n_sampleable, ids);
       int m = 0;
-      while (m < st.step_drafts[j] && p + 1 + size_t(m) < seq.size() && ids[size_t(m)] == seq[p + 1 + size_t(m)]) ++m;
+      while (m < s.drafts && p + 1 + size_t(m) < seq.size() && ids[size_t(m)] == seq[p + 1 + size_t(m)]) ++m;
       ++steps;
-      agree += m == st.step_accepted[j];
-      live_acc += st.step_accepted[j];
+      agree += m == accepted;
+      live_acc += accepted;
       forced_acc += m;
-      p += size_t(st.step_accepted[j]) + 1;
+      p += size_t(accepted) + 1;
     }
   }
   std::printf("[demo-drafter] %s: live vs teacher-forced: %d of %d steps agree; accepted drafts %d live, %d forced\n",

@@ -90,8 +90,8 @@ void generate_one(const RunArgs& a, const LoadedModel& m, SpecDecoder* spec, Gen
       j["drafted_tokens"] = st.drafted_tokens;
       j["accepted_tokens"] = st.accepted_tokens;
       j["mean_accept_len"] = st.mean_accept_len();
-      j["draft_step_seconds"] = st.draft_step_seconds;
-      j["plain_step_seconds"] = st.plain_step_seconds;
+      j["draft_step_seconds"] = st.step_seconds(true);
+      j["plain_step_seconds"] = st.step_seconds(false);
       nlohmann::json steps = nlohmann::json::array();
       for (const GenerateStats::Step& s : st.steps) steps.push_back({s.drafts, s.committed, s.ms});
       j["steps"] = std::move(steps);  // [drafts (0: plain), committed, ms] per decode step

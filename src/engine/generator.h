@@ -34,18 +34,21 @@ struct GenerateStats {
   int plain_steps = 0;      // one-row forwards while speculation was off (policy) or out of room
   int drafted_tokens = 0;   // drafts verified
   int accepted_tokens = 0;  // drafts kept
-  // Wall seconds of the draft steps (draft, verify, commit) and of the plain steps, host work
-  // included: what the policy weighs, and where a run's time went.
-  double draft_step_seconds = 0, plain_step_seconds = 0;
-  // Per draft step, in order: drafts verified and drafts accepted (the acceptance profile).
-  std::vector<int> step_drafts, step_accepted;
-  // Every decode step in order (SpecDecoder): drafts verified (0: plain), tokens committed, wall
-  // milliseconds: what the speculation policy saw (run --stats-json prints it as "steps").
+  // Every decode step in order (SpecDecoder): drafts verified (0: plain), tokens committed (the
+  // anchor plus the drafts accepted), wall milliseconds with host work (draft, verify, commit):
+  // what the speculation policy saw (run --stats-json prints it as "steps").
   struct Step {
     int drafts, committed;
     float ms;
   };
   std::vector<Step> steps;
+  // Wall seconds of the steps that carried drafts (drafted) or of the plain ones.
+  double step_seconds(bool drafted) const {
+    double s = 0;
+    for (const Step& x : steps)
+      if ((x.drafts > 0) == drafted) s += x.ms * 1e-3;
+    return s;
+  }
   // tau: tokens committed per draft step, counting the target's own (bonus) token.
   double mean_accept_len() const { return draft_steps ? double(accepted_tokens + draft_steps) / draft_steps : 0; }
   double prefill_tok_s() const { return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0; }

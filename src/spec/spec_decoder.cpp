@@ -157,13 +157,10 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
     if (n > 0) {
       st.draft_steps++;
       st.drafted_tokens += n;
-      st.step_drafts.push_back(n);
-      st.step_accepted.push_back(kept - 1);
     } else {
       st.plain_steps++;
     }
     const double step_seconds = now_seconds() - s0;
-    (n > 0 ? st.draft_step_seconds : st.plain_step_seconds) += step_seconds;
     st.steps.push_back({n, kept, float(step_seconds * 1e3)});
     policy_.record(step_seconds, kept, n);
     if (done) break;

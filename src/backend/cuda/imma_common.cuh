@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
@@ -77,7 +78,7 @@ inline Q8kLayout q8k_layout(int64_t n_in, int rows_pad) {
   return l;
 }
 
-// The activations a norm kernel quantizes besides its float output (norm_rope.cu), for
+// The activations a producer kernel quantizes besides its float output (q8k_fused.cuh), for
 // imma_matmul_group's `quantized`: Q4_K's layout, then Q6_K's at this offset, each q8k_layout.
 inline size_t q8k_fused_q6k_offset(int64_t n_in, int rows_pad) { return q8k_layout(n_in, rows_pad).bytes; }
 
@@ -191,7 +192,8 @@ __global__ void __launch_bounds__(kWarp)
 
 }  // namespace
 
-// Shared by the decode kernels (imma_matmul.cu, imma_q6k.cu). v, with its value hidden from the optimizer, which otherwise rebuilds addresses and lane
+// Shared by the decode kernels (imma_matmul.cu, imma_q6k.cu): v, with its value hidden from the
+// optimizer, which otherwise rebuilds addresses and lane
 // constants from their parts inside the loop (64-bit multiplies and adds for every load) or
 // folds offsets into other ones: an address made opaque is one register that loads add
 // immediate offsets to.
@@ -298,6 +300,7 @@ void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launc
   cur.q4k_tiles = n > 0 && ws[0]->q4k_tiles;
   for (int i = 0; i < n; ++i) {
     const Weight& w = *ws[i];
+    if (w.q4k_tiles != cur.q4k_tiles) throw std::invalid_argument("imma products of weights in two layouts");
     for_output_slices(w.n_out, 16, [&](int64_t o, int64_t cnt, unsigned blocks) {
       if (cur.n == kMaxSegments || int64_t(cur.first_block[cur.n]) + blocks > 65535) {
         launch(cur);

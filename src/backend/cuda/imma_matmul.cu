@@ -30,7 +30,7 @@
 // depends on the other rows of the call or on how many warps shared the slots
 // (tests/test_cuda_ops.cpp RowsAreBatchInvariant), which speculation relies on.
 #include <algorithm>
-#include <stdexcept>
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/imma_common.cuh"
@@ -48,10 +48,11 @@ constexpr int kRowsPerGroup = 8 * kMaxNt;
 // Blocks per SM the register budget must allow: 3 for one n-tile (24 warps to hide latency), 2 above.
 constexpr int blocks_per_sm(int nt) { return nt == 1 ? 3 : 2; }
 
-// The kernel issues instructions most of its time (measured on the H200), so its super-block
-// loop is written for few of them: loop-invariant bases with one wide multiply-add per address,
-// scale bytes picked where they are used, msum on the tensor cores (as imma_gemm.cu), and no
-// selects for padding rows. kOneRow (NT = 1, a call of one row, plain decode): of the lane's
+// The super-block loop is written for few instructions: loop-invariant bases with one wide
+// multiply-add per address, scale bytes picked where they are used, msum on the tensor cores (as
+// imma_gemm.cu), and no selects for padding rows. (Halving them did not speed the kernel up on
+// the H200; the GGUF rows' access pattern caps its reads at ~80% of the bandwidth, the tile
+// layout below does not.) kOneRow (NT = 1, a call of one row, plain decode): of the lane's
 // columns 2c, 2c + 1 only even ones can be live, so the odd ones' scale multiplies and float
 // part are left out (a column's bits do not depend on the others').
 // kTiles: the weight in the tile layout (q4k_tiles.h: a 16-row tile's super-block as 2304
@@ -329,21 +330,16 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
   if (quantized == nullptr)
     launch(quantize_q8k_k, dim3(unsigned(n_sb), unsigned(rows_pad)), kWarp, 0, s, x, rows, rows_pad, int(n_in), xq, xd,
            xm);
-  for (int i = 1; i < n; ++i)
-    if (ws[i]->q4k_tiles != ws[0]->q4k_tiles) throw std::invalid_argument("imma_matmul_group: weights of two layouts");
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
     if (rows > kImmaGemmMinRows) return imma_gemm(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    if (segs.q4k_tiles) {
-      if (rows == 1) imma_launch<1, true, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-      else if (rows <= 8) imma_launch<1, false, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-      else if (rows <= 16) imma_launch<2, false, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-      else imma_launch<4, false, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    } else {
-      if (rows == 1) imma_launch<1, true>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-      else if (rows <= 8) imma_launch<1>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-      else if (rows <= 16) imma_launch<2>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-      else imma_launch<4>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    }
+    auto decode = [&](auto tiles) {
+      constexpr bool kTiles = decltype(tiles)::value;
+      if (rows == 1) imma_launch<1, true, kTiles>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+      else if (rows <= 8) imma_launch<1, false, kTiles>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+      else if (rows <= 16) imma_launch<2, false, kTiles>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+      else imma_launch<4, false, kTiles>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    };
+    segs.q4k_tiles ? decode(std::true_type{}) : decode(std::false_type{});
   });
 }
 
