@@ -1691,9 +1691,6 @@ std::vector<int32_t> greedy_ids(TargetModel& tm, const std::vector<int32_t>& pro
   return ids;
 }
 
-// 40 decode steps from a 5-token prompt cross two KV blocks (16 tokens each), so the block
-// table grows twice (staged padded to 1, 2, then 4 blocks): the graph must follow, replaying
-// with new table contents within a bucket and re-capturing across, never replaying stale ones.
 // A model whose Q4_K matrices are stored as tiles (make_cuda_backend's q4k_tiles) computes the
 // very logits of the GGUF-row one, step by step, direct and replayed as CUDA graphs (whose tapes
 // must carry the layout: a replay that read tiles as rows gave garbage on the H200), and the
@@ -1704,7 +1701,7 @@ TEST(CudaGraphs, Q4kTilesGiveTheSameLogits) {
   for (const auto& [arch, type] : {std::pair{"qwen3", "q4_k"}, std::pair{"qwen35", "q4_k"}, std::pair{"qwen35", "mix-q4_k_m"}}) {
     SCOPED_TRACE(std::string(arch) + " " + type);
     auto file = gguf::File::open(make_graph_test_model(dir, arch, type, 43));
-    auto rows = make_cuda_backend(0, false);
+    auto rows = make_cuda_backend(0, false, /*q4k_tiles=*/false);
     auto tiles_direct = make_cuda_backend(0, false, true), tiles_graphs = make_cuda_backend(0, true, true);
     TargetModel tr(*file, *rows, ModelOptions{}), td(*file, *tiles_direct, ModelOptions{}),
         tg(*file, *tiles_graphs, ModelOptions{});
@@ -1724,6 +1721,9 @@ TEST(CudaGraphs, Q4kTilesGiveTheSameLogits) {
   }
 }
 
+// 40 decode steps from a 5-token prompt cross two KV blocks (16 tokens each), so the block
+// table grows twice (staged padded to 1, 2, then 4 blocks): the graph must follow, replaying
+// with new table contents within a bucket and re-capturing across, never replaying stale ones.
 TEST(CudaGraphs, DecodeIsBitIdenticalToDirectLaunches) {
   if (!have_gpu()) GTEST_SKIP() << kNoGpu;
   test::TempDir dir;
@@ -2789,7 +2789,7 @@ TEST(CudaFusedQ8k, SwigluGatedNormAndGateProductsEqualUnfused) {
 // group of two tiled weights; outputs poisoned before each run. An embedding lookup of a tiled
 // matrix is refused.
 TEST_F(CudaOps, Q4kTiledWeightsEqualRows) {
-  gpu_ = make_cuda_backend(0, true, /*q4k_tiles=*/true);  // a backend whose upload_matrix tiles Q4_K
+  gpu_ = make_cuda_backend(0, true, /*q4k_tiles=*/true);  // upload_matrix tiles Q4_K (the default)
   struct Shape {
     int64_t n_in, n_out;
   };

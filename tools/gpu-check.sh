@@ -287,6 +287,12 @@ if [ "$BENCH" = 1 ]; then
       --json-out "$LOG/bench_$t.json" >"$LOG/bench_$t.txt" 2>&1 || rc=$?
     echo "gpu-check: bench $t rc=$rc ($(elapsed))"
     [ "$rc" -ne 0 ] && bench_rc=$rc
+    if [ "$(left)" -gt 120 ]; then  # the same decode with Q4_K in the file's row layout (A/B of --weight-layout)
+      echo "### --weight-layout gguf" >>"$LOG/bench_$t.txt"
+      timeout $(( $(left) - 60 )) "$BUILD/deltaflash" bench -m "$f" -p 512 -n 32 -r 2 --device cuda --weight-layout gguf \
+        >>"$LOG/bench_$t.txt" 2>&1 || echo "gpu-check: bench $t --weight-layout gguf rc=$?"
+      echo "gpu-check: bench $t, GGUF row layout ($(elapsed))"
+    fi
     if [ "$NCU" = 1 ] && command -v ncu >/dev/null && [ "$(left)" -gt 90 ]; then
       # Launch 200 on lands inside the first 1-row forward (decode-shaped launches).
       timeout $(( $(left) - 60 )) ncu --clock-control none --kernel-name regex:mma --launch-skip 200 \

@@ -50,7 +50,7 @@ std::unique_ptr<Backend> make_backend(const LoadOptions& opt) {
     }
     const int n = cuda_device_count();
     if (index >= n) fail("--device '{}': {} CUDA device(s) available", opt.device, n);
-    return make_cuda_backend(index, opt.cuda_graphs == "on");
+    return make_cuda_backend(index, opt.cuda_graphs == "on", opt.weight_layout == "tiles");
   }
   fail("--device must be auto, cpu, cuda or cuda:N, not '{}'", opt.device);
 }
@@ -67,6 +67,11 @@ void add_backend_flags(CLI::App* cmd, LoadOptions& opt) {
                   "results, far fewer launches); off: every kernel is launched directly (no effect on the CPU, "
                   "nor under bench --profile)")
       ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--weight-layout", opt.weight_layout,
+                  "tiles: on CUDA, Q4_K matrices are repacked at load into 16-row tiles, which the kernels read "
+                  "faster (same results); gguf: kept in the file's row layout (no effect on the CPU)")
+      ->check(CLI::IsMember({"tiles", "gguf"}))
       ->capture_default_str();
 }
 

@@ -31,9 +31,10 @@ struct LoadOptions {
   bool progress = true;         // progress bar while loading
   bool profile = false;         // wrap the backend in a ProfilingBackend (bench)
   std::string cuda_graphs = "on";  // on: CUDA steps replay as CUDA graphs | off: direct launches
+  std::string weight_layout = "tiles";  // tiles: Q4_K repacked for the CUDA kernels | gguf: as in the file
 };
 
-// Adds --device, --threads, --kv-type and --cuda-graphs to a subcommand.
+// Adds --device, --threads, --kv-type, --cuda-graphs and --weight-layout to a subcommand.
 void add_backend_flags(CLI::App* cmd, LoadOptions& opt);
 
 LoadedModel load_model(const std::string& path, const LoadOptions& opt);

@@ -18,10 +18,9 @@ class CudaBackend : public Backend {
   // the Q8_K activations of their output for the integer tensor-core product that reads it
   // next (false: every product quantizes its input itself; the tests compare the two).
   // q4k_tiles: upload_matrix stores Q4_K matrices as 16-row tiles (quant/q4k_tiles.h), which the
-  // decode kernel streams ~15-20% faster (bench/matmul_kernels, session 8). Off by default until
-  // the tiled model path has passed its GPU tests (CudaGraphs.Q4kTilesGiveTheSameLogits,
-  // CudaOps.Q4kTiledWeightsEqualRows); products are bit-identical either way.
-  explicit CudaBackend(int device, bool fuse_quantize = true, bool q4k_tiles = false);
+  // decode kernel streams ~15-20% faster (bench/matmul_kernels, session 8); products are
+  // bit-identical either way (CudaGraphs.Q4kTilesGiveTheSameLogits, CudaOps.Q4kTiledWeightsEqualRows).
+  explicit CudaBackend(int device, bool fuse_quantize = true, bool q4k_tiles = true);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -156,7 +155,7 @@ class CudaBackend : public Backend {
   size_t top_k_scratch_cap_ = 0;   // in bytes
   std::vector<uint32_t> top_k_host_;  // the downloaded results before the split (grow-only)
   bool fuse_quantize_ = true;
-  bool q4k_tiles_ = false;
+  bool q4k_tiles_ = true;
   FusedQ8k fused_;                   // what fused_q8k_ holds, if the last op wrote it
   void* fused_q8k_ = nullptr;        // cuda::q8k_fused_bytes (grow-only)
   size_t fused_q8k_cap_ = 0;          // in bytes

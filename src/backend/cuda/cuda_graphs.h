@@ -42,7 +42,7 @@ struct CudaGraphStats {
 class CudaGraphBackend final : public CudaBackend {
  public:
   // fuse_quantize, q4k_tiles: as CudaBackend
-  explicit CudaGraphBackend(int device, bool fuse_quantize = true, bool q4k_tiles = false);
+  explicit CudaGraphBackend(int device, bool fuse_quantize = true, bool q4k_tiles = true);
   ~CudaGraphBackend() override;
 
   void begin_step() override;
