@@ -78,4 +78,10 @@ for (s, temp), m in sorted(rows.items()):
     plain_run_ms = 1e3 * sum(r["decode_seconds"] for r in m["plain"]) / max(1, sum(r["generated_tokens"] - 1 for r in m["plain"]))
     print(f"{s:8} {temp:5} {plain:12.1f} {spec:11.1f} {spec / plain:7.2f}x {tau:6.2f} {acc:8}/{drafted:<8} {share:9.0%}"
           f" {draft_ms:13.3f} {plain_ms:13.3f} {plain_run_ms:18.3f}")
+# CUDA graphs (counts since the process started, so the last prompt's line has them all): steps
+# run op by op, captured, replayed. Many captures per token mean the steps keep changing shape.
+for (s, temp), m in sorted(rows.items()):
+    g = m["spec"][-1].get("cuda_graphs")
+    if g:
+        print(f"{s} {temp} speculative run, CUDA graph steps: {g['direct']} op by op, {g['captured']} captured, {g['replayed']} replayed")
 PY

@@ -233,6 +233,13 @@ class Backend {
   // the profiler) do nothing, so ops run as called.
   virtual void begin_step() {}
   virtual void end_step() {}
+
+  // How this backend's steps ran so far (CUDA graphs: op by op, captured, replayed; all zero
+  // where steps are not replayed). For run --stats-json and the tests.
+  struct StepReplayCounts {
+    int64_t direct = 0, captured = 0, replayed = 0;
+  };
+  virtual StepReplayCounts step_replay_counts() const { return {}; }
 };
 
 // Brackets one step and ends it when leaving the scope. end_step() may run the queued work

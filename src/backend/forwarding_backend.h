@@ -88,6 +88,7 @@ class ForwardingBackend : public Backend {
   // Forwarded without around(): they are no ops, and the wrappers that track steps override them.
   void begin_step() override { inner_.begin_step(); }
   void end_step() override { inner_.end_step(); }
+  StepReplayCounts step_replay_counts() const override { return inner_.step_replay_counts(); }
 
  protected:
   // Every op above (but the steps) comes here; body() runs it on the inner backend.

@@ -84,6 +84,8 @@ void generate_one(const RunArgs& a, const LoadedModel& m, SpecDecoder* spec, Gen
                         {"prefill_seconds", st.prefill_seconds},    {"decode_seconds", st.decode_seconds},
                         {"finish_reason", st.finish_reason},        {"seed", opt.sampling.seed},
                         {"device", m.backend->name()}};
+    if (const Backend::StepReplayCounts sc = m.backend->step_replay_counts(); sc.direct + sc.captured + sc.replayed > 0)
+      j["cuda_graphs"] = {{"direct", sc.direct}, {"captured", sc.captured}, {"replayed", sc.replayed}};
     if (spec) {
       j["draft_steps"] = st.draft_steps;
       j["plain_steps"] = st.plain_steps;

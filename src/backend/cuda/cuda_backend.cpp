@@ -196,24 +196,34 @@ const int32_t* CudaBackend::device_block_table(const SeqKv& seq) {
 
 void CudaBackend::ensure_scratch(void*& buf, size_t& cap, size_t bytes, const char* what) {
   if (cap >= bytes) return;
-  // A step is captured only after it ran once uncaptured (cuda_graphs.cpp), so its buffers are
-  // already large enough; growing one here would break the capture.
+  // Growing a buffer inside a capture would break it: the graph backend then runs the step op
+  // by op (cuda_graphs.cpp), which lands here outside a capture.
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   check(cudaStreamIsCapturing(as_stream(stream_), &capturing), what);
   if (capturing != cudaStreamCaptureStatusNone) fail("{} scratch would grow during a CUDA graph capture", what);
+  // At least doubled where memory allows: a grown buffer is a new generation, and every
+  // captured step is captured again (a context growing by a split-K chunk must not do that
+  // each time).
+  const size_t doubled = std::max(bytes, 2 * cap);
   ++buffers_generation_;
   check(cudaStreamSynchronize(as_stream(stream_)), what);  // queued kernels may still read the old one
   check(cudaFree(buf), "cudaFree");
   buf = nullptr;
   cap = 0;
-  const cudaError_t e = cudaMalloc(&buf, bytes);
+  size_t got = doubled;
+  cudaError_t e = cudaMalloc(&buf, got);
+  if (e != cudaSuccess && doubled > bytes) {
+    cudaGetLastError();
+    got = bytes;
+    e = cudaMalloc(&buf, got);
+  }
   if (e != cudaSuccess) {
     cudaGetLastError();  // clear it
     buf = nullptr;
     fail("out of GPU memory allocating {} bytes of {} scratch on CUDA device {} ({})", bytes, what, device_,
          cudaGetErrorString(e));
   }
-  cap = bytes;
+  cap = got;
 }
 
 CudaBackend::FusedQ8k CudaBackend::take_fused_q8k() {

@@ -325,7 +325,7 @@ void CudaGraphBackend::flush() {
   Graph* g = nullptr;
   for (Graph& o : graphs_)
     if (o.hash == h && o.tape == tape) g = &o;
-  if (g == nullptr) {  // first sight: op by op, which also sizes the scratch buffers for a capture
+  if (g == nullptr) {
     if (graphs_.size() >= kMaxGraphs) {
       auto lru = std::min_element(graphs_.begin(), graphs_.end(),
                                   [](const Graph& a, const Graph& b) { return a.last_use < b.last_use; });
@@ -333,31 +333,32 @@ void CudaGraphBackend::flush() {
       *lru = std::move(graphs_.back());
       graphs_.pop_back();
     }
-    Graph& n = graphs_.emplace_back();
-    n.hash = h;
-    n.tape = tape;
-    n.last_use = ++clock_;
+    g = &graphs_.emplace_back();
+    g->hash = h;
+    g->tape = tape;
+  }
+  g->last_use = ++clock_;
+  // A new tape is captured at once: it runs op by op only when a scratch buffer would have to
+  // grow during the capture (its first sight after a larger step; the next sight captures).
+  // A speculative step's draft and verify tapes change with the verify width and the block
+  // table's bucket, so each new one costs a capture, not a direct run and then a capture.
+  bool launch_graph = true;
+  if (g->exec == nullptr || g->generation != buffers_generation_) {
+    try {
+      capture(*g);
+    } catch (const Error&) {
+      destroy(g->exec);
+      launch_graph = false;
+    }
+  } else {
+    ++stats_.replayed;
+  }
+  if (launch_graph) {
+    check(cudaGraphLaunch(g->exec, stream()), "CUDA graph launch");
+  } else {
+    enter();  // forgets what the aborted capture's ops recorded on the host (fused activations)
     run_tape(tape);
     ++stats_.direct;
-  } else {
-    g->last_use = ++clock_;
-    bool captured = true;
-    if (g->exec == nullptr || g->generation != buffers_generation_) {
-      try {
-        capture(*g);
-      } catch (const Error&) {  // not expected (the step ran before); the step still runs
-        destroy(g->exec);
-        captured = false;
-      }
-    } else {
-      ++stats_.replayed;
-    }
-    if (captured) {
-      check(cudaGraphLaunch(g->exec, stream()), "CUDA graph launch");
-    } else {
-      run_tape(tape);
-      ++stats_.direct;
-    }
   }
   check(cudaEventRecord(pinned_free_, stream()), "CUDA graph staging (event)");
   pinned_pending_ = true;

@@ -9,9 +9,9 @@
 // memcpys, which a graph can hold), so it is part of the replay in its original order.
 // When the step ends (or a download inside it needs its results) the tape is the key:
 //   - a tape seen before whose graph was captured under the same buffer generation replays it;
-//   - a tape seen once before is captured now, instantiated and launched;
-//   - a new tape runs op by op, as without graphs; this also grows the backend's scratch
-//     buffers to the step's needs, so its capture next time never has to allocate.
+//   - any other tape is captured now, instantiated and launched, unless a scratch buffer would
+//     have to grow during the capture: then it runs op by op, as without graphs, which grows
+//     the buffers to the step's needs, and its next sight captures.
 // Block tables are staged padded with -1 entries to a power-of-two length (the kernels read
 // -1 as "no block"), so a sequence growing by a block keeps its tape: decode re-captures at
 // 16, 32, 64, ... tokens. That is the one difference from direct launches' arguments; the
@@ -34,7 +34,7 @@ namespace df {
 
 // Counts of how steps ran (the tests read them).
 struct CudaGraphStats {
-  int64_t direct = 0;    // first sight of a step: op by op
+  int64_t direct = 0;    // op by op: a step whose capture would have grown a buffer
   int64_t captured = 0;  // captured and instantiated
   int64_t replayed = 0;  // launched from an existing graph
 };
@@ -48,6 +48,7 @@ class CudaGraphBackend final : public CudaBackend {
   void begin_step() override;
   void end_step() override;
   const CudaGraphStats& graph_stats() const { return stats_; }
+  StepReplayCounts step_replay_counts() const override { return {stats_.direct, stats_.captured, stats_.replayed}; }
 
   void* alloc(size_t bytes) override;
   void release(void* p) override;

@@ -44,16 +44,21 @@ namespace df::cuda {
 
 namespace {
 
-constexpr int kXRow = kSb + 16;             // bytes per activation row in shared memory
+// Bytes per activation row in shared memory: 16 mod 128 for the ldmatrix reads of GGUF-order
+// weights; 32 mod 128 for the tile layout's 8-byte reads (a half-warp's rows g = 0..3 then
+// fall in distinct banks).
+template <bool kTiles>
+constexpr int kXRow = kSb + (kTiles ? 32 : 16);
 constexpr int kWChunks = kQ4kBytes / 16;    // 16-byte copies per Q4_K block
 constexpr int kStages = 2;                  // one super-block computes while the next loads
 
 // One pipeline stage for a BM x BN tile: weights, activations, activation scales, packed sums.
-template <int BM, int BN>
+// The weights take BM * 144 bytes either way (BM / 16 tiles of 2304).
+template <int BM, int BN, bool kTiles>
 struct Stage {
   static constexpr int kW = 0;
   static constexpr int kX = kW + BM * kQ4kBytes;
-  static constexpr int kD = kX + BN * kXRow;
+  static constexpr int kD = kX + BN * kXRow<kTiles>;
   static constexpr int kM = kD + BN * 4;
   // The two halves of the packed sums, 64 bytes apart in banks: lanes reading both halves of
   // eight rows (one LDS.64 each) meet no conflict.
@@ -73,14 +78,19 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
 // register budget: ~220 per thread for MT = NT = 4). kMulti: slots of several super-blocks
 // (n_in > 32 * 256); the slot sums then stay in registers and the running totals move to
 // shared memory (touched once per slot), so both variants hold two values per output.
-// kTiles: the weights in the tile layout (quant/q4k_tiles.h); the copies put each row back in
-// GGUF order in shared memory (its header in one 16-byte copy, its quants in 16 of 8 bytes).
+// kTiles: the weights in the tile layout (quant/q4k_tiles.h), copied as they lie (a tile's
+// super-block is 2304 consecutive bytes: 144 coalesced 16-byte copies); a lane then reads its
+// m-tile's quants for a sub-block pair in one conflict-free 16-byte load (rows g and g + 8,
+// quant bytes 8c .. 8c + 7), which is a permutation of the mma's k order, so its activations
+// are read in the same permutation (two 8-byte loads per n-tile, as the decode kernel does).
+// Copying the tiles back into GGUF order cost a fifth of the prefill speed (H200, session 9).
 template <int MT, int NT, int WM, int WN, bool kMulti, bool kTiles>
 __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN))
     imma_gemm_kernel(const Segments segs, int n_sb, int per_slot, const int8_t* __restrict__ xq,
                      const float* __restrict__ xd, const uint2* __restrict__ xm, int n_in, int rows_pad, int rows) {
   constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN, kThreads = WM * WN * kWarp;
-  using S = Stage<BM, BN>;
+  using S = Stage<BM, BN, kTiles>;
+  constexpr int kXRowB = kXRow<kTiles>;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t smem_s = uint32_t(__cvta_generic_to_shared(smem));
 
@@ -101,21 +111,14 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
   auto load_w = [&](int st, int sb) {
     const uint32_t dst = smem_s + st * S::kBytes + S::kW;
     if constexpr (kTiles) {
-      constexpr int kPieces = 1 + 16;  // the header, then 16 quant pieces of 8 bytes
+      constexpr int kTileChunks = kQ4kTileBytes / 16;
 #pragma unroll 1
-      for (int i = tid; i < BM * kPieces; i += kThreads) {
-        const int row = i / kPieces, piece = i % kPieces;
-        const int64_t o = o0 + row;
-        const bool live = o < n_out;
-        const int rr = int(o % kQ4kTileRows);
-        const uint8_t* tile = w + (size_t(live ? o / kQ4kTileRows : 0) * size_t(n_sb) + size_t(sb)) * kQ4kTileBytes;
-        if (piece == 0) {
-          cp_async16(dst + row * kQ4kBytes, tile + kQ4kTileHeaders + 16 * rr, live);
-        } else {  // quant bytes 16 + 8c + 32i of the row: lane 4 (rr % 8) + c's word i, half rr / 8
-          const int q = piece - 1, i4 = q / 4, c = q % 4;
-          cp_async8(dst + row * kQ4kBytes + 16 + 8 * c + 32 * i4,
-                    tile + kQ4kTileQuantStride * i4 + 16 * (4 * (rr % 8) + c) + 8 * (rr / 8), live);
-        }
+      for (int i = tid; i < (BM / kQ4kTileRows) * kTileChunks; i += kThreads) {
+        const int t = i / kTileChunks, chunk = i % kTileChunks;
+        const bool live = o0 + kQ4kTileRows * t < n_out;  // a live tile's padding rows are stored
+        const int64_t tile = live ? o0 / kQ4kTileRows + t : 0;
+        const uint8_t* src = w + (size_t(tile) * size_t(n_sb) + size_t(sb)) * kQ4kTileBytes + 16 * chunk;
+        cp_async16(dst + t * kQ4kTileBytes + 16 * chunk, src, live);
       }
     } else {
 #pragma unroll 1
@@ -134,7 +137,7 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
       const int row = i / (kSb / 16), chunk = i % (kSb / 16);
       const bool live = r0 + row < rows;
       const int8_t* src = xq + size_t(live ? r0 + row : 0) * size_t(n_in) + size_t(sb) * kSb + 16 * chunk;
-      cp_async16(dst + S::kX + row * kXRow + 16 * chunk, src, live);
+      cp_async16(dst + S::kX + row * kXRowB + 16 * chunk, src, live);
     }
     // Scales 4 rows a copy, packed sums 2 rows a copy per half: whole copies lie below rows_pad
     // (a multiple of 8) or above it.
@@ -184,7 +187,11 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
     // Header words of this thread's weight rows wm0 + 16 mt + g + 8 h (d and dmin, then the 12
     // scale bytes), read where used: held for the whole super-block they cost ~24 registers.
     auto header = [&](int mt, int h) {
-      return reinterpret_cast<const uint32_t*>(ws + (wm0 + 16 * mt + g + 8 * h) * kQ4kBytes);
+      if constexpr (kTiles)
+        return reinterpret_cast<const uint32_t*>(ws + (wm0 / 16 + mt) * kQ4kTileBytes + kQ4kTileHeaders +
+                                                 16 * (g + 8 * h));
+      else
+        return reinterpret_cast<const uint32_t*>(ws + (wm0 + 16 * mt + g + 8 * h) * kQ4kBytes);
     };
 
     // isum = 16 * sum_j sc_j * dot_j, exact (as in the decode kernel).
@@ -201,12 +208,26 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
     for (int i = 0; i < 4; ++i) {  // sub-block pair i: sub-blocks 2i (low nibbles) and 2i + 1 (high)
       uint32_t b[NT][4];  // per n-tile: sub-block 2i's two B registers, then 2i + 1's
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-        ldsm_x4(b[nt], xs_s + (wn0 + 8 * nt + (lane & 7)) * kXRow + 64 * i + 16 * (lane >> 3));
-      // A fragments: rows g / g + 8, bytes 4c.. / 16 + 4c.. of the pair's 32 bytes. The next
-      // m-tile's is loaded before this one's mmas, so its latency hides behind them.
+      for (int nt = 0; nt < NT; ++nt) {
+        if constexpr (kTiles) {  // activations 8c .. 8c + 7 of each sub-block (the tiles' k order)
+          const uint8_t* xrow = smem + st * S::kBytes + S::kX + (wn0 + 8 * nt + g) * kXRowB + 64 * i + 8 * c;
+          const uint2 lo = *reinterpret_cast<const uint2*>(xrow), hi = *reinterpret_cast<const uint2*>(xrow + 32);
+          b[nt][0] = lo.x, b[nt][1] = lo.y, b[nt][2] = hi.x, b[nt][3] = hi.y;
+        } else {
+          ldsm_x4(b[nt], xs_s + (wn0 + 8 * nt + (lane & 7)) * kXRowB + 64 * i + 16 * (lane >> 3));
+        }
+      }
+      // A fragments: rows g / g + 8, bytes 4c.. / 16 + 4c.. of the pair's 32 bytes (tiles: bytes
+      // 8c.. / 8c + 4..). The next m-tile's is loaded before this one's mmas, so its latency
+      // hides behind them.
       auto load_a = [&](int mt, uint32_t(&q)[4]) {
-        ldsm_x4(q, ws_s + (wm0 + 16 * mt + (lane & 15)) * kQ4kBytes + 16 + 32 * i + 16 * (lane >> 4));
+        if constexpr (kTiles) {  // one 16-byte word: row g's 8 bytes, then row g + 8's
+          const uint4 v = *reinterpret_cast<const uint4*>(ws + (wm0 / 16 + mt) * kQ4kTileBytes +
+                                                          kQ4kTileQuantStride * i + 16 * lane);
+          q[0] = v.x, q[1] = v.z, q[2] = v.y, q[3] = v.w;
+        } else {
+          ldsm_x4(q, ws_s + (wm0 + 16 * mt + (lane & 15)) * kQ4kBytes + 16 + 32 * i + 16 * (lane >> 4));
+        }
       };
       uint32_t q[4], q_next[4];
       load_a(0, q);
@@ -307,7 +328,8 @@ void gemm_launch(const Segments& segs, int n_sb, int per_slot, const int8_t* xq,
                  int n_in, int rows, int rows_pad, cudaStream_t s) {
   constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN;
   constexpr auto kernel = imma_gemm_kernel<MT, NT, WM, WN, kMulti, kTiles>;
-  constexpr size_t smem = kStages * size_t(Stage<BM, BN>::kBytes) + (kMulti ? size_t(BM) * BN * sizeof(float) : 0);
+  constexpr size_t smem =
+      kStages * size_t(Stage<BM, BN, kTiles>::kBytes) + (kMulti ? size_t(BM) * BN * sizeof(float) : 0);
   // Above the default 48 KiB of dynamic shared memory; all of the unified L1 as shared memory, so
   // that two 128 x 64 blocks fit an SM.
   // A refusal shows as the launch error, which the caller checks.
