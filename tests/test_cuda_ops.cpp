@@ -42,6 +42,7 @@
 //   conv1d_silu    K products and expf: 1e-6 + 1e-5 relative.
 //   fused ops      add_rms_norm, qk_norm_rope, gdn_conv_norm_gates: bit-exact against the
 //                  separate CUDA ops they replace; against the CPU, those ops' bounds combined.
+//                  The norms' Q8_K output: its bytes exactly the products' own quantizers'.
 //   delta rule     d_k-term dots per token, over many tokens, through a contraction (|k| = 1,
 //                  0 < beta < 1, decay < 1); and the CPU's chunked form for chunked = true:
 //                  1e-4 of max|out| + 1e-4 relative; per-row checkpoints (row_states) the same
@@ -2555,6 +2556,76 @@ HostWeight tiled_weight(GgmlType t, int64_t n_in, int64_t n_out, int period, uin
     std::memcpy(hw.bytes.data() + size_t(o) * hw.row_bytes, base.bytes.data() + size_t(o % period) * hw.row_bytes,
                 hw.row_bytes);
   return hw;
+}
+
+// The fused norm + Q8_K kernel (norm_rope.cu's rms_norm_q8k_k) launched directly, for dims of
+// one super-block up to 32768 (17408 and 32768: more super-blocks than a block has warps), rows
+// 1 .. 32 (padding rows in both layouts), with and without the residual add, and in place: its
+// floats (and the sums) bit for bit those of the unfused norm (rms_norm_k); its Q8_K bytes, both
+// layouts, those the products' own quantizers (imma_quantize, imma_quantize_q6k) write from the
+// unfused floats, every byte of the buffer compared (both start as the same pattern); the
+// unfused floats against the CPU backend within RmsNorm's bound. Outputs poisoned first.
+TEST_F(CudaOps, FusedQ8kNormEqualsNormThenQuantizers) {
+  Rng rng(9500);
+  const float eps = 1e-6f;
+  for (int dim : {256, 1280, 5120, 8192, 17408, 32768}) {
+    const std::vector<float> w = rng.normals(size_t(dim), 0.5);
+    Twin<float> wd(be(), w);
+    for (int rows : {1, 3, 8, 16, 32}) {
+      const size_t count = size_t(rows) * size_t(dim), q8_bytes = cuda::q8k_fused_bytes(dim, rows);
+      const std::vector<float> x0 = rng.normals(count, 2.0), y0 = rng.normals(count, 1.0),
+                               poison(count, kPoison);
+      const std::vector<uint8_t> pattern(q8_bytes, 0xA5);
+      for (bool add : {false, true}) {
+        const std::string what = "dim=" + std::to_string(dim) + " rows=" + std::to_string(rows) +
+                                 (add ? " add_rms_norm" : " rms_norm");
+        // Side 0 of x_f / out_f: the CPU reference; side 1: the fused kernel.
+        Twin<float> x_f(be(), x0), x_u(be(), x0), x_ip(be(), x0), y(be(), y0), out_f(be(), poison),
+            out_u(be(), poison);
+        Twin<uint8_t> q8_f(be(), pattern), q8_ref(be(), pattern), q8_ip(be(), pattern);
+        ASSERT_TRUE(cuda::norm_q8k_supports(x_f[1], add ? y[1] : nullptr, size_t(dim), wd[1], rows, dim, out_f[1],
+                                            size_t(dim)))
+            << what;
+        const size_t d = size_t(dim);
+        const auto norm = [&](float* x, float* out, void* q8) {
+          if (add) cuda::add_rms_norm(x, y[1], wd[1], rows, dim, eps, out, d, nullptr, q8);
+          else cuda::rms_norm(x, d, wd[1], rows, dim, eps, out, d, nullptr, q8);
+        };
+        gpu().synchronize();
+        norm(x_f[1], out_f[1], q8_f[1]);
+        norm(x_u[1], out_u[1], nullptr);
+        if (!add) norm(x_ip[1], x_ip[1], q8_ip[1]);  // in place, as the draft model's hidden norm
+        uint8_t* const ref = q8_ref[1];
+        cuda::imma_quantize(out_u[1], dim, rows, ref, nullptr);
+        cuda::imma_quantize_q6k(out_u[1], dim, rows, ref + q8_bytes / 2, nullptr);  // q8k_fused_q6k_offset
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+        if (add) be_[0]->add_rms_norm(x_f[0], y[0], wd[0], rows, dim, eps, out_f[0], d);
+        else be_[0]->rms_norm(x_f[0], d, wd[0], rows, dim, eps, out_f[0], d);
+
+        const std::vector<float> got = out_f.get(1), want = out_u.get(1);
+        Check("fused norm floats vs unfused " + what).exact(got, want);
+        Check("fused norm sums vs unfused " + what).exact(x_f.get(1), x_u.get(1));
+        if (!add) Check("fused norm in place vs unfused " + what).exact(x_ip.get(1), want);
+        const std::vector<uint8_t> q8 = q8_f.get(1), q8_want = q8_ref.get(1);
+        ASSERT_EQ(q8.size(), q8_want.size());
+        size_t first_q4 = q8.size(), first_q6 = q8.size();
+        for (size_t i = 0; i < q8.size(); ++i) {
+          if (q8[i] == q8_want[i]) continue;
+          size_t& first = i < q8_bytes / 2 ? first_q4 : first_q6;
+          first = std::min(first, i);
+        }
+        EXPECT_EQ(first_q4, q8.size()) << what << ": Q4_K-layout bytes differ from imma_quantize's, first at byte "
+                                       << first_q4;
+        EXPECT_EQ(first_q6, q8.size()) << what << ": Q6_K-layout bytes differ from imma_quantize_q6k's, first at byte "
+                                       << first_q6;
+        if (!add) {
+          EXPECT_TRUE(q8_ip.get(1) == q8) << what << ": in-place Q8_K bytes differ";
+        }
+        Check("norm (super-block path) vs CPU " + what).all(want, out_f.get(0), 2 * red_tol(dim) + 16 * kU, 0);
+        Check("norm sums vs CPU " + what).all(x_u.get(1), x_f.get(0), 0, 0);
+      }
+    }
+  }
 }
 
 // A 27B-shaped stretch of a decode step (dim 5120), every output downloaded: add_rms_norm, then

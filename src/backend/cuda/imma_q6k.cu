@@ -308,6 +308,12 @@ void launch_q6k(const Segments& segs, int64_t n_in, const Q6kActs& a, int rows, 
 
 }  // namespace
 
+void imma_quantize_q6k(const float* x, int64_t n_in, int rows, void* scratch, cudaStream_t s) {
+  const Q6kActs a = q6k_acts(scratch, n_in, rows);
+  launch(quantize_q8k_q6k_k, dim3(unsigned(n_in / kSb), unsigned(a.rows_pad)), dim3(kWarp), 0, s, x, rows, int(n_in),
+         a);
+}
+
 void imma_q6k_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                     cudaStream_t s, const void* quantized) {
   if (n <= 0) return;
@@ -317,9 +323,7 @@ void imma_q6k_group(const Weight* const* ws, float* const* ys, int n, const floa
     scratch = fused + q8k_fused_q6k_offset(n_in, (rows + 7) / 8 * 8);
   }
   const Q6kActs a = q6k_acts(scratch, n_in, rows);
-  if (quantized == nullptr)
-    launch(quantize_q8k_q6k_k, dim3(unsigned(n_in / kSb), unsigned(a.rows_pad)), dim3(kWarp), 0, s, x, rows,
-           int(n_in), a);
+  if (quantized == nullptr) imma_quantize_q6k(x, n_in, rows, scratch, s);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
     if (rows > kImmaGemmMinRows) imma_q6k_gemm(segs, n_in, a, rows, s);
     else if (rows == 1) launch_q6k<1, true>(segs, n_in, a, rows, s);

@@ -50,6 +50,9 @@ constexpr int kImmaGemmMinRows = 32;
 // bench/matmul_kernels can time the GEMM alone: imma_quantize writes x's Q8_K form into scratch
 // (imma_scratch_bytes), imma_gemm_quantized multiplies w by it.
 void imma_quantize(const float* x, int64_t n_in, int rows, void* scratch, cudaStream_t s);
+// imma_q6k.cu -- the same in Q6_K's format (the product's own quantizer; tests compare the norms'
+// fused Q8_K bytes against both).
+void imma_quantize_q6k(const float* x, int64_t n_in, int rows, void* scratch, cudaStream_t s);
 // shape: the block shape (kAuto: the one imma_matmul_group picks; the others so the bench can
 // compare them on the device: output tile x warps, each output's bits the same in every shape).
 enum class ImmaGemmShape { kAuto, k128x64Warps4, k128x128Warps8, k128x128Warps16 };
