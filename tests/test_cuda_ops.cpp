@@ -1503,8 +1503,15 @@ TEST_P(CudaModel, LogitsAndGreedyMatchCpu) {
     std::ostringstream os;
     os << " (parts at step " << dr << ", f32-CPU top-2 gap " << gap << ")";
     note = os.str();
-    EXPECT_LT(gap, 1e-2 * scale) << tag << ": greedy output diverges from the f32 CPU at step " << dr
-                                 << " where the choice was not a near-tie";
+    // With 8-bit activations on the integer path (q8k) the GPU's logits carry the plain CPU's
+    // kind of noise (max_rel up to 0.6 above): where the two CPU references themselves part,
+    // following the plain CPU (same activation quantization) is as right as following the f32 one.
+    const bool plain_cpu_agrees = q8k && dc > dr;
+    if (plain_cpu_agrees) os << ", the plain CPU chose the same";
+    note = os.str();
+    EXPECT_TRUE(gap < 1e-2 * scale || plain_cpu_agrees)
+        << tag << ": greedy output diverges from the f32 CPU at step " << dr
+        << " where the choice was not a near-tie (gap " << gap << ") and the plain CPU chose otherwise";
   }
   std::cout << "[cuda-model] " << std::left << std::setw(17) << tag << std::right << std::scientific << std::setprecision(2)
             << " vs f32-cpu: kv32 max_rel=" << mx_32 << " kv16 max_rel=" << mx_r << " rel_l2=" << l2_r
@@ -2715,7 +2722,10 @@ TEST(CudaFusedQ8k, NormQuantizedProductsEqualUnfused) {
     const CudaGraphStats before = graphs_be.graph_stats();
     const auto stepped = graphs.run(rows, seed, 3);
     const CudaGraphStats after = graphs_be.graph_stats();
-    EXPECT_EQ(after.replayed - before.replayed, 1) << "rows " << rows;
+    // Three steps: captured at first sight (op by op first when a scratch buffer grew), then replayed.
+    const int64_t called = (after.direct - before.direct) + (after.captured - before.captured);
+    EXPECT_EQ(called + after.replayed - before.replayed, 3) << "rows " << rows;
+    EXPECT_GE(after.replayed - before.replayed, 1) << "rows " << rows;
     ASSERT_EQ(want.size(), 9u);
     ASSERT_EQ(got.size(), 9u);
     ASSERT_EQ(stepped.size(), 9u);
@@ -2839,9 +2849,12 @@ TEST(CudaFusedQ8k, SwigluGatedNormAndGateProductsEqualUnfused) {
     const CudaGraphStats before = graphs_be.graph_stats();
     const auto stepped = graphs.run(rows, seed, 3);
     const CudaGraphStats after = graphs_be.graph_stats();
-    EXPECT_EQ(after.replayed - before.replayed, 1) << "rows " << rows;
-    // The step's first sight (op by op) and its capture call the ops (5 each); a replay does not.
-    EXPECT_EQ(graphs_be.fused_q8k_uses() - graph_uses0, rows <= cuda::kNormQ8kMaxRows ? 10 : 0) << "rows " << rows;
+    // Three steps: captured at first sight (op by op first when a scratch buffer grew), then
+    // replayed. A step run op by op and a capture call the ops (5 uses each); a replay does not.
+    const int64_t called = (after.direct - before.direct) + (after.captured - before.captured);
+    EXPECT_EQ(called + after.replayed - before.replayed, 3) << "rows " << rows;
+    EXPECT_GE(after.replayed - before.replayed, 1) << "rows " << rows;
+    EXPECT_EQ(graphs_be.fused_q8k_uses() - graph_uses0, rows <= cuda::kNormQ8kMaxRows ? 5 * called : 0) << "rows " << rows;
     ASSERT_EQ(want.size(), std::size(names));
     ASSERT_EQ(got.size(), want.size());
     ASSERT_EQ(stepped.size(), want.size());
