@@ -7,7 +7,9 @@
 #include <cmath>
 #include <random>
 
+#include "backend/forwarding_backend.h"
 #include "spec/spec_policy.h"
+#include "spec/warmup.h"
 
 namespace df {
 namespace {
@@ -95,6 +97,57 @@ TEST(SpecPolicy, SlowWarmupRunsAreNotTheBaseline) {
     }
   }
   EXPECT_GT(off_after, 0) << "speculation slower than plain decoding was never turned off";
+}
+
+// Steps whose time is not their kind's (a CUDA graph capture, an op-by-op run: timed = false)
+// do not move the measured costs: speculation that pays (8 tokens for 3 s against 1 s a plain
+// token) stays on through 100 s outliers every fifth speculative step. Counted as timed, the
+// same outliers turn it off: the flag is what keeps it on.
+TEST(SpecPolicy, UntimedStepsDoNotMoveTheCosts) {
+  for (const bool flag_outliers : {true, false}) {
+    SCOPED_TRACE(flag_outliers ? "outliers untimed" : "outliers timed");
+    SpecCosts costs;
+    SpecPolicy p(SpecOptions{true, 1000, 0}, costs);
+    int plain_after_probe = 0, spec_steps = 0;
+    for (int i = 0; i < 200; ++i) {
+      const int n = p.drafts(8);
+      if (n == 0) {
+        p.record(1.0, 1, 0);
+        if (spec_steps > 0) ++plain_after_probe;
+        continue;
+      }
+      const bool outlier = ++spec_steps % 5 == 0;
+      p.record(outlier ? 100.0 : 3.0, std::min(n + 1, 8), n, !(outlier && flag_outliers));
+    }
+    if (flag_outliers) {
+      EXPECT_EQ(plain_after_probe, 0) << "turned off by steps it should not have timed";
+      for (int n : p.widths(8)) EXPECT_NEAR(costs.step_cost[size_t(n)], 3.0, 1e-9) << "width " << n;
+    } else {
+      EXPECT_GT(plain_after_probe, 0);
+    }
+  }
+}
+
+// StepTimer: representative while the backend only replays (or does not replay at all).
+TEST(StepTimer, ACaptureOrAnOpByOpRunMakesTheStepUntimed) {
+  struct Counting final : ForwardingBackend {
+    using ForwardingBackend::ForwardingBackend;
+    StepReplayCounts counts;
+    StepReplayCounts step_replay_counts() const override { return counts; }
+  };
+  auto cpu = make_cpu_backend(1);
+  Counting be(*cpu);
+  StepTimer t(be);
+  EXPECT_TRUE(t.representative());
+  be.counts.replayed += 3;
+  EXPECT_TRUE(t.representative());
+  be.counts.captured += 1;
+  EXPECT_FALSE(t.representative());
+  t.restart();
+  EXPECT_TRUE(t.representative());
+  be.counts.direct += 1;
+  EXPECT_FALSE(t.representative());
+  EXPECT_TRUE(StepTimer(*cpu).representative());
 }
 
 TEST(SpecPolicy, ChoosesTheWidthWithTheLowestCostPerToken) {

@@ -67,7 +67,7 @@ Engine::Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& op
     : Engine(model, tok, opt, drafts ? std::vector<DraftSource*>{drafts} : std::vector<DraftSource*>{}) {}
 
 Engine::Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& opt, std::vector<DraftSource*> drafts)
-    : model_(model), tok_(tok), opt_(opt), drafts_(std::move(drafts)) {
+    : model_(model), tok_(tok), opt_(opt), drafts_(std::move(drafts)), step_timer_(model.backend()) {
   if (opt_.ctx < 2) fail("context of {} tokens is too small", opt_.ctx);
   for (DraftSource* d : drafts_)
     if (d == nullptr || d->block_size() != drafts_.front()->block_size()) fail("engine: draft sources must share one block size");
@@ -215,6 +215,7 @@ void Engine::step_one(Active& a) {
 // it shares the step with (a sampling one's follow the same distribution).
 void Engine::step_batched() {
   step_t0_ = now_seconds();
+  step_timer_.restart();
   const bool spec_ok = !opt_.spec.adaptive || gate_.allow();
   batch_.clear();
   parts_.clear();
@@ -246,7 +247,7 @@ void Engine::step_batched() {
   const bool speculating = std::any_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.drafted > 0; });
   const bool ok = run_parts();
   // Steps with prompt chunks are left out of the gate's measurements: their time is not decode's.
-  if (ok && !prefilling && !drafts_.empty()) gate_.record(speculating, now_seconds() - step_t0_, step_committed_);
+  if (ok && !prefilling && !drafts_.empty()) gate_.record(speculating, now_seconds() - step_t0_, step_committed_, step_timer_.representative());
 }
 
 void Engine::add_decode_row(Active& a, int32_t token) {
@@ -319,7 +320,7 @@ bool Engine::run_parts() {
     if (!p.prefill) ++step_committed_;
     // A plain decode step's cost, for the policy's comparison with its speculative ones (both
     // the whole step, shared or not).
-    if (!p.prefill && p.a->drafts) p.a->policy.record(now_seconds() - step_t0_, 1, 0);
+    if (!p.prefill && p.a->drafts) p.a->policy.record(now_seconds() - step_t0_, 1, 0, step_timer_.representative());
     p.a->top_ids.clear();
     p.a->top_logits.clear();
     if (ids) {
@@ -365,6 +366,7 @@ bool Engine::decode_step(Active& a) {
   const bool forced = next_token(a, token);
   if (!commit(a, token, forced)) return false;
   step_t0_ = now_seconds();
+  step_timer_.restart();
   const int n = draft_count(a, model_.options().max_batch_rows - 1);
   batch_.clear();
   parts_.clear();
@@ -459,7 +461,7 @@ void Engine::finish_spec_part(Active& a, size_t li0, int row0, int n, bool ids, 
     model_.commit(*state_, a.seq, w.kept);
     a.drafts->on_verified_rows(row0, w.kept);
   }
-  a.policy.record(now_seconds() - step_t0_, w.kept, n);
+  a.policy.record(now_seconds() - step_t0_, w.kept, n, step_timer_.representative());
 }
 
 bool Engine::argmax_only(const Active& a) const {

@@ -24,6 +24,7 @@
 #include "model/target_model.h"
 #include "spec/batch_gate.h"
 #include "spec/spec_policy.h"
+#include "spec/warmup.h"
 
 namespace df {
 
@@ -170,6 +171,7 @@ class Engine {
   std::vector<int32_t> draft_top_ids_;             // the drafter's top candidates (device_top_k)
   std::vector<float> draft_top_logits_;
   double step_t0_ = 0;  // when this step began (policy timings: the whole step, drafting included)
+  StepTimer step_timer_;  // restarted with step_t0_: whether the step is timed (spec/warmup.h)
   int step_committed_ = 0;  // tokens the parts of this step committed (plain rows, kept block rows)
   BatchSpecGate gate_;      // whether requests sharing a step speculate (adaptive policy only)
   SpecCosts spec_costs_;    // step costs the requests' policies share (worker thread only)

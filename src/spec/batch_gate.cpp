@@ -19,11 +19,11 @@ bool BatchSpecGate::allow() {
   return best;
 }
 
-void BatchSpecGate::record(bool speculated, double seconds, int committed) {
+void BatchSpecGate::record(bool speculated, double seconds, int committed, bool timed) {
   if (seconds <= 0 || committed <= 0) return;
   const int m = speculated ? 1 : 0;
   ++steps_;
-  if (runs_[m]++ < kWarmupRuns) return;  // a new step's first runs (spec/warmup.h)
+  if (runs_[m]++ < kWarmupRuns || !timed) return;  // a new step's first runs (spec/warmup.h)
   const double r = double(committed) / seconds;
   rate_[m] = samples_[m] == 0 ? r : (1 - kEma) * rate_[m] + kEma * r;
   ++samples_[m];

@@ -19,8 +19,9 @@ class BatchSpecGate {
   // Whether the next shared step lets its requests speculate.
   bool allow();
   // A finished shared step: whether any request speculated in it, its wall time, and the tokens
-  // it committed (one per plain decode row, the kept rows of each verified block).
-  void record(bool speculated, double seconds, int committed);
+  // it committed (one per plain decode row, the kept rows of each verified block); timed =
+  // false for a step that captured a CUDA graph or ran op by op (spec/warmup.h): not timed.
+  void record(bool speculated, double seconds, int committed, bool timed = true);
   // Measured committed tokens per second (0 until measured) without / with speculation.
   double rate(bool speculated) const { return rate_[speculated ? 1 : 0]; }
 

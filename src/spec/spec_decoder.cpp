@@ -6,6 +6,7 @@
 
 #include "backend/top_k_order.h"
 #include "spec/verify.h"
+#include "spec/warmup.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -107,6 +108,7 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
       break;
     }
     const double s0 = now_seconds();
+    const StepTimer timer(model_.backend());
     const int n = drafts_this_step(opt.max_new_tokens - st.generated_tokens);
     drafts.resize(size_t(n));
     qs.clear();  // empty: point proposals (walk_block)
@@ -162,7 +164,7 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
     }
     const double step_seconds = now_seconds() - s0;
     st.steps.push_back({n, kept, float(step_seconds * 1e3)});
-    policy_.record(step_seconds, kept, n);
+    policy_.record(step_seconds, kept, n, timer.representative());
     if (done) break;
     if (w.next)
       anchor = *w.next;

@@ -101,10 +101,10 @@ int SpecPolicy::drafts(int block_size) const {
   return best;
 }
 
-void SpecPolicy::record(double seconds, int committed, int drafted) {
+void SpecPolicy::record(double seconds, int committed, int drafted, bool timed) {
   if (drafted <= 0) {
     const double per_token = seconds / std::max(committed, 1);
-    if (c_->plain_runs++ >= kWarmupRuns)
+    if (c_->plain_runs++ >= kWarmupRuns && timed)
       c_->plain_cost = c_->plain_samples++ == 0 ? per_token : (1 - kEma) * c_->plain_cost + kEma * per_token;
     if (off_tokens_left_ > 0 && (off_tokens_left_ -= committed) <= 0) {
       off_tokens_left_ = 0;  // re-probe: the costs are known, the acceptance statistics stay
@@ -116,7 +116,7 @@ void SpecPolicy::record(double seconds, int committed, int drafted) {
   const size_t n = size_t(std::min(drafted, kMaxDrafts));
   widest_seen_ = std::max(widest_seen_, int(n));
   ++probe_steps_;
-  if (c_->runs[n]++ >= kWarmupRuns)
+  if (c_->runs[n]++ >= kWarmupRuns && timed)
     c_->step_cost[n] = c_->step_samples[n]++ == 0 ? seconds : (1 - kEma) * c_->step_cost[n] + kEma * seconds;
   c_->last_step[n] = c_->spec_steps++;
   // committed = anchor + accepted drafts: drafts 1..accepted were accepted, the next one (if any)

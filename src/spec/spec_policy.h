@@ -66,8 +66,9 @@ class SpecPolicy {
   // Drafts to verify in the next step (0 = a plain step), before budget and context limits.
   int drafts(int block_size) const;
   // A finished step: its wall time, tokens it committed (the anchor plus the accepted drafts),
-  // drafts it verified (0 for plain).
-  void record(double seconds, int committed, int drafted);
+  // drafts it verified (0 for plain). timed = false: the step's time is not its kind's (it
+  // captured a CUDA graph or ran op by op, spec/warmup.h), so only its acceptances count.
+  void record(double seconds, int committed, int drafted, bool timed = true);
 
   // The widths drafts() chooses among for a block (widest first).
   std::vector<int> widths(int block_size) const;
