@@ -174,10 +174,10 @@ int main(int argc, char** argv) {
         const size_t copy = size_t(static_cast<const uint8_t*>(w.data) - dev) / stride;
         return Weight{t, sh.n_in, sh.n_out, tiles_dev + tiles_stride * copy, row_bytes, /*q4k_tiles=*/true};
       };
-      auto imma = [&](const Weight& w, int rows, int m_tiles = 0) {
+      auto imma = [&](const Weight& w, int rows) {
         const Weight* ws[1] = {&w};
         float* ys[1] = {y};
-        df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, s, nullptr, m_tiles);
+        df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, s);
       };
       const size_t scratch_bytes = std::max(df::cuda::imma_scratch_bytes(w0, max_rows), df::cuda::mma_scratch_bytes(w0, max_rows));
       check(cudaMalloc(&scratch, scratch_bytes), "cudaMalloc (scratch)");
@@ -218,8 +218,6 @@ int main(int argc, char** argv) {
           gemm_shape("imma GEMM 128x128, 16 warps", df::cuda::ImmaGemmShape::k128x128Warps16),
           {"imma, tile layout (quant/q4k_tiles.h)", tiles_dev != nullptr, 1, max_rows, nullptr,
            [&](const Weight& w, int rows) { imma(tiles_of(w), rows); }},
-          {"imma, tile layout, 2 m-tiles a warp", tiles_dev != nullptr, 2, 16, nullptr,
-           [&](const Weight& w, int rows) { imma(tiles_of(w), rows, 2); }},
           probe("probe: reads only, GGUF rows, 1 super-block in flight", false, 1),
           probe("probe: reads only, GGUF rows, 3 in flight", false, 3),
           probe("probe: reads only, tile-contiguous, 1 in flight", true, 1),
@@ -228,22 +226,18 @@ int main(int argc, char** argv) {
            [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
           {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, kMvMaxRows, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mv_matmul(w, x, rows, y, s); }}};
-      if (tiles_dev != nullptr) {  // the tile kernel (either m-tile count) gives the GGUF kernel's bits
+      if (tiles_dev != nullptr) {  // the tile kernel gives the GGUF kernel's bits
         std::string verdict = "equal";
         for (int rows : {1, 2, 8, 9, 16, 32, 33, 512}) {
           const size_t n = size_t(rows) * size_t(sh.n_out);
           std::vector<float> a(n), b(n);
           imma(w0, rows);
           check(cudaMemcpyAsync(a.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost, s), "download");
-          for (int m_tiles : {0, 2}) {
-            if (m_tiles == 2 && (rows < 2 || rows > 16)) continue;
-            check(cudaMemsetAsync(y, 0xFF, n * sizeof(float), s), "poison");
-            imma(tiles_of(w0), rows, m_tiles);
-            check(cudaMemcpyAsync(b.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost, s), "download");
-            check(cudaStreamSynchronize(s), "tile check");
-            if (std::memcmp(a.data(), b.data(), n * sizeof(float)) != 0)
-              verdict = "DIFFER at " + std::to_string(rows) + " rows" + (m_tiles ? " (2 m-tiles)" : "");
-          }
+          check(cudaMemsetAsync(y, 0xFF, n * sizeof(float), s), "poison");
+          imma(tiles_of(w0), rows);
+          check(cudaMemcpyAsync(b.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost, s), "download");
+          check(cudaStreamSynchronize(s), "tile check");
+          if (std::memcmp(a.data(), b.data(), n * sizeof(float)) != 0) verdict = "DIFFER at " + std::to_string(rows) + " rows";
         }
         std::printf("| %s | %s | %lld x %lld | 1-512 | tile layout vs GGUF rows, same bits: %s | | | | | | |\n",
                     df::type_name(t), sh.what, static_cast<long long>(sh.n_in), static_cast<long long>(sh.n_out),

@@ -35,7 +35,6 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/imma_common.cuh"
 #include "backend/cuda/imma_gemm.cuh"
-#include "backend/cuda/imma_tiles.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mv_units.cuh"
 
@@ -47,9 +46,7 @@ constexpr int kMaxNt = 4;         // n-tiles per launch group: 32 activation row
 constexpr int kRowsPerGroup = 8 * kMaxNt;
 
 // Blocks per SM the register budget must allow: 3 for one n-tile (24 warps to hide latency), 2 above.
-// Blocks of eight warps an SM: the register budget (80 a thread for one n-tile, 128 for more;
-// with two m-tiles 128 for one n-tile and 255 for more).
-constexpr int blocks_per_sm(int nt, int mt) { return mt == 1 ? (nt == 1 ? 3 : 2) : (nt == 1 ? 2 : 1); }
+constexpr int blocks_per_sm(int nt) { return nt == 1 ? 3 : 2; }
 
 // The super-block loop is written for few instructions: loop-invariant bases with one wide
 // multiply-add per address, scale bytes picked where they are used, msum on the tensor cores (as
@@ -62,7 +59,7 @@ constexpr int blocks_per_sm(int nt, int mt) { return mt == 1 ? (nt == 1 ? 3 : 2)
 // consecutive bytes, each lane's quants in four 16-byte words), read with 6 coalesced loads a
 // super-block instead of 2 header and 8 quant loads spread over 16 rows; same values, same bits.
 template <int MT, int NT, int kMaxWarps, bool kOneRow, bool kTiles = false>
-__global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT, MT))
+__global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
     imma_q4k_kernel(const Segments segs, int n_sb, Slots slots, const int8_t* __restrict__ xq,
                     const float* __restrict__ xd, const uint2* __restrict__ xm, int n_in, int rows_pad, int rows) {
   pdl_trigger();  // first: the next kernel may be scheduled while this one waits (see common.cuh)
@@ -94,9 +91,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT, MT))
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // tails: computed from the last row, not stored
-      if constexpr (kTiles) {  // past the last tile (MT > 1): the last one again, not stored
-        const int64_t t = min(o0 / 16 + mt, (n_out - 1) / 16);
-        const uint8_t* const tile = w + size_t(t) * size_t(n_sb) * kQ4kTileBytes;
+      if constexpr (kTiles) {
+        const uint8_t* const tile = w + size_t(o0 / 16 + mt) * size_t(n_sb) * kQ4kTileBytes;
         wh[mt][h] = opaque(tile + kQ4kTileHeaders + 16 * (g + 8 * h));
         wq[mt][h] = opaque(tile + 16 * lane);
       } else {
@@ -291,11 +287,11 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT, MT))
 // Eight warps a block, each taking slots w, w + 8, ...: on the H200 this streamed the decode
 // product faster (1.33 TB/s) than a warp per slot (1.20 TB/s, all blocks in one wave waiting on
 // memory together, then computing together).
-template <int NT, bool kOneRow = false, bool kTiles = false, int MT = 1>
-void imma_launch(const Segments& segs_16, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
+template <int NT, bool kOneRow = false, bool kTiles = false>
+void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
                  int rows_pad, cudaStream_t s) {
+  constexpr int MT = 1;
   constexpr int kMaxWarps = 8;
-  const Segments segs = MT == 1 ? segs_16 : segments_in_blocks_of(segs_16, 16 * MT);
   const int n_sb = int(n_in / kSb);
   const Slots slots = slots_of(n_sb);
   const int warps = std::min(slots.count, kMaxWarps);
@@ -318,7 +314,7 @@ size_t imma_scratch_bytes(const Weight& w, int rows) { return q8k_layout(w.n_in,
 size_t q8k_fused_bytes(int64_t n_in, int rows) { return 2 * q8k_fused_q6k_offset(n_in, (rows + 7) / 8 * 8); }
 
 void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
-                       cudaStream_t s, const void* quantized, int m_tiles) {
+                       cudaStream_t s, const void* quantized) {
   if (n <= 0) return;
   if (ws[0]->type == GgmlType::Q6_K) return imma_q6k_group(ws, ys, n, x, rows, scratch, s, quantized);
   const int64_t n_in = ws[0]->n_in;
@@ -338,12 +334,8 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
     if (rows > kImmaGemmMinRows) return imma_gemm(segs, n_in, xq, xd, xm, rows, rows_pad, s);
     auto decode = [&](auto tiles) {
       constexpr bool kTiles = decltype(tiles)::value;
-      constexpr int kTwo = kTiles ? 2 : 1;  // the variant exists for the tile layout only
-      const bool two = m_tiles == 2;
       if (rows == 1) imma_launch<1, true, kTiles>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-      else if (rows <= 8 && two) imma_launch<1, false, kTiles, kTwo>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
       else if (rows <= 8) imma_launch<1, false, kTiles>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-      else if (rows <= 16 && two) imma_launch<2, false, kTiles, kTwo>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
       else if (rows <= 16) imma_launch<2, false, kTiles>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
       else imma_launch<4, false, kTiles>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
     };

@@ -41,11 +41,8 @@ size_t imma_scratch_bytes(const Weight& w, int rows);
 // quantized: null, or x's Q8_K activations as the kernel that wrote x wrote them with it
 // (rms_norm / add_rms_norm / swiglu / mul_sigmoid / gated_rms_norm's q8k, q8k_fused_bytes for
 // this x and rows): no quantizer runs.
-// m_tiles: 16-output m-tiles a warp of the Q4_K decode kernel multiplies with each activation
-// fragment, for calls of 2-16 rows (0: the default, one; 2: the bench's variant, which halves
-// the activation reads per weight byte, for a lower occupancy). Same bits either way.
 void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
-                       cudaStream_t s, const void* quantized = nullptr, int m_tiles = 0);
+                       cudaStream_t s, const void* quantized = nullptr);
 size_t q8k_fused_bytes(int64_t n_in, int rows);
 
 constexpr int kImmaGemmMinRows = 32;
