@@ -237,12 +237,14 @@ if [ "$BENCH" = 1 ]; then
   make_pid=$!
 fi
 
-# --- CUDA tests (with --bench: what the benches asked for leave of the budget: ~60 s a model,
-# ~60 s for --spec, ~80 s for --kernels) ---
+# --- CUDA tests (with --bench: what the benches asked for leave of the budget) ---
 cuda_rc=0
 test_limit=420
 n_models=$(echo "${MODELS//,/ }" | wc -w)
-bench_reserve=$(( 20 + 60 * n_models + (SPEC == 1 ? 60 : 0) + (KERNELS == 1 ? 80 : 0) ))
+# A model's bench with its --weight-layout gguf rerun ~90 s, --ncu ~90 s a model, --llama ~60 s a
+# model (its build overlaps the run), --spec ~60 s, --kernels ~80 s (H200, session 9).
+bench_reserve=$(( 20 + 90 * n_models + (NCU == 1 ? 90 * n_models : 0) + (LLAMA == 1 ? 60 * n_models : 0) +
+  (SPEC == 1 ? 60 : 0) + (KERNELS == 1 ? 80 : 0) ))
 [ "$BENCH" = 1 ] && test_limit=$(( $(left) - bench_reserve ))
 [ "$test_limit" -lt 60 ] && test_limit=60
 timeout "$test_limit" "$BUILD/tests/test_cuda_ops" --gtest_filter="$FILTER" --gtest_output="xml:$LOG/test_cuda_ops.xml" \
