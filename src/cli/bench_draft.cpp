@@ -52,7 +52,7 @@ nlohmann::json bench_draft(LoadedModel& m, const DraftBenchInput& in) {
     std::vector<int32_t> ids;
     std::vector<double> ms, vms;
     int32_t anchor = in.prompt.back();
-    for (int r = -2; r < in.reps; ++r) {  // r < 0: warm-up (CUDA graphs: first sight, capture)
+    for (int r = -2; r < in.reps; ++r) {  // r < 0: warm-up (CUDA graphs: capture, or op by op first)
       be.synchronize();
       const auto t0 = std::chrono::steady_clock::now();
       draft.draft_greedy(*dstate, ds, anchor, n_vocab, ids);

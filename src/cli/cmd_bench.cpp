@@ -97,8 +97,9 @@ void bench(const BenchArgs& a) {
   std::vector<int32_t> prompt(size_t(std::max({a.n_prompt, a.depth, kMaxVerifyRows})));
   for (auto& t : prompt) t = int32_t(rng() % uint32_t(n_vocab));
   std::vector<float> logits;
-  // Two warm-up runs, not counted: page faults and caches, and with CUDA graphs a step's first
-  // sight (op by op) and second (capture), so the timed runs replay as a long generation does.
+  // Two warm-up runs, not counted: page faults and caches, and with CUDA graphs a step's capture
+  // (after an op-by-op run when a buffer must grow), so the timed runs replay as a long
+  // generation does.
   std::vector<double> pp, tg;
   const std::vector<int32_t> pp_prompt(prompt.begin(), prompt.begin() + a.n_prompt);
   for (int w = 0; w < 2; ++w) {
@@ -114,9 +115,9 @@ void bench(const BenchArgs& a) {
     // of context (their prefill not timed).
     gen.reset();
     if (a.depth > 0) gen.prefill(std::vector<int32_t>(prompt.begin(), prompt.begin() + a.depth), a.batch, logits);
-    // Two untimed steps first: with CUDA graphs a step at a new context length is run op by op
-    // once and captured once (the block table grows in powers of two, cuda_graphs.h), which
-    // would otherwise land in a short timed run.
+    // Two untimed steps first: with CUDA graphs a step at a new context length is captured (or
+    // first run op by op, when a buffer must grow; the block table grows in powers of two,
+    // cuda_graphs.h), which would otherwise land in a short timed run.
     int32_t tok = prompt[0];
     for (int i = 0; i < 2; ++i) tok = gen.decode_greedy(tok, n_vocab);
     t0 = std::chrono::steady_clock::now();
@@ -148,7 +149,7 @@ void bench(const BenchArgs& a) {
   for (int rows : kVerifyWidths) {
     const Batch b = rows_batch(rows);
     std::vector<double> ms;
-    for (int r = -2; r < a.reps; ++r) {  // r < 0: warm-up (CUDA graphs: first sight, capture)
+    for (int r = -2; r < a.reps; ++r) {  // r < 0: warm-up (CUDA graphs: capture, or op by op first)
       st->reset(seq);
       prof.inner().synchronize();
       const auto t0 = std::chrono::steady_clock::now();
