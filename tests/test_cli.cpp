@@ -99,6 +99,18 @@ TEST_F(Cli, CudaGraphsFlag) {
   EXPECT_NE(out.find("--cuda-graphs"), std::string::npos) << out;
 }
 
+TEST_F(Cli, WeightLayoutFlag) {
+  // Same text with Q4_K kept in the file's rows as with the default tiles (on a GPU the two
+  // layouts give the same bits; on the CPU the flag has no effect). Only tiles|gguf is accepted.
+  const std::string tiles = run_command(kBin + " run -m " + model_ + " -p 'abc def' -n 24 --temp 0 2>/dev/null");
+  const std::string gguf =
+      run_command(kBin + " run -m " + model_ + " -p 'abc def' -n 24 --temp 0 --weight-layout gguf 2>/dev/null");
+  EXPECT_EQ(tiles, gguf);
+  auto [out, rc] = run_failing(kBin + " run -m " + model_ + " -p hi --weight-layout rows");
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--weight-layout"), std::string::npos) << out;
+}
+
 TEST_F(Cli, TokenizeAndDecodeRoundTrip) {
   const std::string ids = run_command(kBin + " tokenize -m " + model_ + " 'Hello, world! <|im_end|>' 2>/dev/null");
   ASSERT_EQ(ids.front(), '[');
