@@ -2523,8 +2523,18 @@ TEST_F(CudaOps, ImmaGemmShapesGiveTheSameBits) {
 // ---------------------------------------------------------------------------------------------
 // Q8_K activations written by the norm kernels (CudaBackend's fuse_quantize)
 
+// `steps` equal steps on the graph backend between two stats: the first captured at first sight
+// (or run op by op first when a scratch buffer had to grow), the rest replayed. Returns how many
+// of them called the ops (op by op or captured).
+int64_t expect_captured_then_replayed(const CudaGraphStats& before, const CudaGraphStats& after, int steps, int rows) {
+  const int64_t called = (after.direct - before.direct) + (after.captured - before.captured);
+  EXPECT_EQ(called + after.replayed - before.replayed, steps) << "rows " << rows;
+  EXPECT_GE(after.replayed - before.replayed, steps - 2) << "rows " << rows;
+  return called;
+}
+
 // prepare() then sequence() once, run directly (in_steps 0), or in_steps times with sequence()
-// as a step (run directly, captured, replayed, ...).
+// as a step (captured at first sight or run op by op first, then replayed).
 template <class P, class S>
 void run_as_steps(Backend& be, int in_steps, P& prepare, S& sequence) {
   if (in_steps == 0) {
@@ -2721,11 +2731,7 @@ TEST(CudaFusedQ8k, NormQuantizedProductsEqualUnfused) {
     EXPECT_EQ(plain_be.fused_q8k_uses(), 0);
     const CudaGraphStats before = graphs_be.graph_stats();
     const auto stepped = graphs.run(rows, seed, 3);
-    const CudaGraphStats after = graphs_be.graph_stats();
-    // Three steps: captured at first sight (op by op first when a scratch buffer grew), then replayed.
-    const int64_t called = (after.direct - before.direct) + (after.captured - before.captured);
-    EXPECT_EQ(called + after.replayed - before.replayed, 3) << "rows " << rows;
-    EXPECT_GE(after.replayed - before.replayed, 1) << "rows " << rows;
+    expect_captured_then_replayed(before, graphs_be.graph_stats(), 3, rows);
     ASSERT_EQ(want.size(), 9u);
     ASSERT_EQ(got.size(), 9u);
     ASSERT_EQ(stepped.size(), 9u);
@@ -2848,12 +2854,8 @@ TEST(CudaFusedQ8k, SwigluGatedNormAndGateProductsEqualUnfused) {
     const int64_t graph_uses0 = graphs_be.fused_q8k_uses();
     const CudaGraphStats before = graphs_be.graph_stats();
     const auto stepped = graphs.run(rows, seed, 3);
-    const CudaGraphStats after = graphs_be.graph_stats();
-    // Three steps: captured at first sight (op by op first when a scratch buffer grew), then
-    // replayed. A step run op by op and a capture call the ops (5 uses each); a replay does not.
-    const int64_t called = (after.direct - before.direct) + (after.captured - before.captured);
-    EXPECT_EQ(called + after.replayed - before.replayed, 3) << "rows " << rows;
-    EXPECT_GE(after.replayed - before.replayed, 1) << "rows " << rows;
+    // A step run op by op and a capture call the ops (5 uses each); a replay does not.
+    const int64_t called = expect_captured_then_replayed(before, graphs_be.graph_stats(), 3, rows);
     EXPECT_EQ(graphs_be.fused_q8k_uses() - graph_uses0, rows <= cuda::kNormQ8kMaxRows ? 5 * called : 0) << "rows " << rows;
     ASSERT_EQ(want.size(), std::size(names));
     ASSERT_EQ(got.size(), want.size());
