@@ -76,6 +76,7 @@ double copy_bandwidth_gb_s(Backend& be, bool gpu) {
 struct VerifyPoint {
   int rows;
   double ms;
+  double first_ms;  // the first forward of this shape: with CUDA graphs, its capture (or an op-by-op run)
 };
 
 void bench(const BenchArgs& a) {
@@ -149,15 +150,17 @@ void bench(const BenchArgs& a) {
   for (int rows : kVerifyWidths) {
     const Batch b = rows_batch(rows);
     std::vector<double> ms;
+    double first_ms = 0;
     for (int r = -2; r < a.reps; ++r) {  // r < 0: warm-up (CUDA graphs: capture, or op by op first)
       st->reset(seq);
       prof.inner().synchronize();
       const auto t0 = std::chrono::steady_clock::now();
       m.model->forward(b, *st, out);
       prof.inner().synchronize();
+      if (r == -2) first_ms = seconds_since(t0) * 1e3;
       if (r >= 0) ms.push_back(seconds_since(t0) * 1e3);
     }
-    curve.push_back({rows, median(ms)});
+    curve.push_back({rows, median(ms), first_ms});
   }
 
   std::vector<OpProfile> profiles;
@@ -206,7 +209,8 @@ void bench(const BenchArgs& a) {
   const double t1 = curve.empty() ? 0 : curve.front().ms;
   if (a.json || !a.json_out.empty()) {
     nlohmann::json verify = nlohmann::json::array();
-    for (const auto& p : curve) verify.push_back({{"rows", p.rows}, {"ms", p.ms}, {"vs_1_row", t1 > 0 ? p.ms / t1 : 0}});
+    for (const auto& p : curve)
+      verify.push_back({{"rows", p.rows}, {"ms", p.ms}, {"vs_1_row", t1 > 0 ? p.ms / t1 : 0}, {"first_ms", p.first_ms}});
     nlohmann::json j = {{"model", a.model},
                         {"n_prompt", a.n_prompt},
                         {"n_gen", a.n_gen},
@@ -249,10 +253,14 @@ void bench(const BenchArgs& a) {
   std::printf("\ndevice %s: copy bandwidth %.0f GB/s (bytes read + written)\n", device.c_str(), copy_gb_s);
   std::printf("decode: %.2f tok/s x %.3f GB of weights a step = %.0f GB/s, %.1f%% of the copy bandwidth\n", median(tg),
               step_bytes / 1e9, weight_gb_s, copy_gb_s > 0 ? 100 * weight_gb_s / copy_gb_s : 0.0);
-  std::printf("\n| rows in one forward (greedy: argmax per row) | ms (median of %d) | ms per row | vs 1 row |\n|---|---|---|---|\n",
+  // The first forward of each shape: with CUDA graphs it is captured (or run op by op where a
+  // buffer must grow), so its excess over the median is what a new step shape costs once.
+  std::printf("\n| rows in one forward (greedy: argmax per row) | ms (median of %d) | ms per row | vs 1 row | first "
+              "forward of the shape ms |\n|---|---|---|---|---|\n",
               a.reps);
   for (const auto& p : curve)
-    std::printf("| %d | %.3f | %.3f | %.2f |\n", p.rows, p.ms, p.ms / p.rows, t1 > 0 ? p.ms / t1 : 0.0);
+    std::printf("| %d | %.3f | %.3f | %.2f | %.3f |\n", p.rows, p.ms, p.ms / p.rows, t1 > 0 ? p.ms / t1 : 0.0,
+                p.first_ms);
   if (!draft_rows.is_null()) {
     std::printf("\n| block | draft ms | verify step ms (checkpoints, commit, ingest) | plain forward of the block ms | "
                 "plain step ms | (draft + verify) / plain | speedup at tau 3 / 5 / 7 (projection) | sampled step ms, "
