@@ -21,6 +21,9 @@ def main():
           f"{j['decode_weight_bytes'] / 1e9:.2f} GB/step -> {j['decode_weight_gb_s']:.0f} GB/s = "
           f"{j['decode_pct_of_copy_bw']:.1f}% of copy | prefill {j['n_prompt']}: {j['prompt_tok_s']:.1f} tok/s")
     print("  forward of R rows (ms): " + "  ".join(f"{v['rows']}: {v['ms']:.2f} ({v['vs_1_row']:.2f}x)" for v in j["verify"]))
+    if "prompt_first_ms" in j:  # a new prompt shape in a warm process (a CUDA graph capture)
+        print(f"  prefill {j['n_prompt']} as a new shape: {j['prompt_first_ms']:.2f} ms "
+              f"(a run: {1e3 * j['n_prompt'] / j['prompt_tok_s']:.2f} ms)")
     if all("first_ms" in v for v in j["verify"]):  # the first forward of each shape (a CUDA graph capture)
         print("  first forward of each shape (ms): " + "  ".join(f"{v['rows']}: {v['first_ms']:.2f}" for v in j["verify"]))
     for p in j.get("profile", []):
