@@ -87,28 +87,29 @@ TEST_F(Cli, GreedyRunIsReproducibleAndMatchesLibrary) {
   EXPECT_EQ(a, library_greedy_text(model_, ModelOptions{}) + "\n");
 }
 
-TEST_F(Cli, CudaGraphsFlag) {
-  // Same text with CUDA graphs off as with the default (on); on a GPU this compares graph
-  // replays with direct launches, on the CPU the flag has no effect. Only on|off is accepted.
-  const std::string on = run_command(kBin + " run -m " + model_ + " -p 'abc def' -n 24 --temp 0 2>/dev/null");
-  const std::string off =
-      run_command(kBin + " run -m " + model_ + " -p 'abc def' -n 24 --temp 0 --cuda-graphs off 2>/dev/null");
-  EXPECT_EQ(on, off);
-  auto [out, rc] = run_failing(kBin + " run -m " + model_ + " -p hi --cuda-graphs maybe");
+// A backend flag that must not change the text: greedy output with `flag value` equals the
+// default's, and `flag bad` is refused with a message naming the flag.
+void expect_same_text_and_refusal(const std::string& model, const std::string& flag, const std::string& value,
+                                  const std::string& bad) {
+  const std::string base = run_command(kBin + " run -m " + model + " -p 'abc def' -n 24 --temp 0 2>/dev/null");
+  const std::string with =
+      run_command(kBin + " run -m " + model + " -p 'abc def' -n 24 --temp 0 " + flag + " " + value + " 2>/dev/null");
+  EXPECT_EQ(base, with) << flag << " " << value;
+  auto [out, rc] = run_failing(kBin + " run -m " + model + " -p hi " + flag + " " + bad);
   EXPECT_NE(rc, 0) << out;
-  EXPECT_NE(out.find("--cuda-graphs"), std::string::npos) << out;
+  EXPECT_NE(out.find(flag), std::string::npos) << out;
+}
+
+TEST_F(Cli, CudaGraphsFlag) {
+  // On a GPU this compares graph replays with direct launches; on the CPU the flag has no
+  // effect. Only on|off is accepted.
+  expect_same_text_and_refusal(model_, "--cuda-graphs", "off", "maybe");
 }
 
 TEST_F(Cli, WeightLayoutFlag) {
-  // Same text with Q4_K kept in the file's rows as with the default tiles (on a GPU the two
-  // layouts give the same bits; on the CPU the flag has no effect). Only tiles|gguf is accepted.
-  const std::string tiles = run_command(kBin + " run -m " + model_ + " -p 'abc def' -n 24 --temp 0 2>/dev/null");
-  const std::string gguf =
-      run_command(kBin + " run -m " + model_ + " -p 'abc def' -n 24 --temp 0 --weight-layout gguf 2>/dev/null");
-  EXPECT_EQ(tiles, gguf);
-  auto [out, rc] = run_failing(kBin + " run -m " + model_ + " -p hi --weight-layout rows");
-  EXPECT_NE(rc, 0) << out;
-  EXPECT_NE(out.find("--weight-layout"), std::string::npos) << out;
+  // Q4_K kept in the file's rows against the default tiles (on a GPU the two layouts give the
+  // same bits; on the CPU the flag has no effect). Only tiles|gguf is accepted.
+  expect_same_text_and_refusal(model_, "--weight-layout", "gguf", "rows");
 }
 
 TEST_F(Cli, TokenizeAndDecodeRoundTrip) {
