@@ -237,7 +237,9 @@ class Backend {
   // How this backend's steps ran so far (CUDA graphs: op by op, captured, replayed; all zero
   // where steps are not replayed). For run --stats-json and the tests.
   struct StepReplayCounts {
-    int64_t direct = 0, captured = 0, replayed = 0;
+    int64_t direct = 0;    // op by op: a step whose capture would have grown a buffer
+    int64_t captured = 0;  // captured and instantiated
+    int64_t replayed = 0;  // launched from an existing graph
   };
   virtual StepReplayCounts step_replay_counts() const { return {}; }
 };

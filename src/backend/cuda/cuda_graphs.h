@@ -32,12 +32,8 @@ struct CUevent_st;      // cudaEvent_t
 
 namespace df {
 
-// Counts of how steps ran (the tests read them).
-struct CudaGraphStats {
-  int64_t direct = 0;    // op by op: a step whose capture would have grown a buffer
-  int64_t captured = 0;  // captured and instantiated
-  int64_t replayed = 0;  // launched from an existing graph
-};
+// Counts of how steps ran (the tests read them; Backend::step_replay_counts reports them).
+using CudaGraphStats = Backend::StepReplayCounts;
 
 class CudaGraphBackend final : public CudaBackend {
  public:
@@ -48,7 +44,7 @@ class CudaGraphBackend final : public CudaBackend {
   void begin_step() override;
   void end_step() override;
   const CudaGraphStats& graph_stats() const { return stats_; }
-  StepReplayCounts step_replay_counts() const override { return {stats_.direct, stats_.captured, stats_.replayed}; }
+  StepReplayCounts step_replay_counts() const override { return stats_; }
 
   void* alloc(size_t bytes) override;
   void release(void* p) override;
