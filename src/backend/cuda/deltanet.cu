@@ -66,11 +66,16 @@ __global__ void __launch_bounds__(kColsPerBlock)
 // d_v a multiple of 32): 4 threads per column j, each owning DK/4 rows i of S[h][i][j], so S
 // is read once and written once per call (the version above reads and writes it twice per
 // token from L2), and the two column sums (S^T k, S^T q) reduce over the 4 threads by
-// shuffles. 32 columns per block: n_v * d_v / 32 blocks (192 at n_v = 48, d_v = 128) of 128
-// threads. q and k of the token are read per thread from L1 (the 8 threads sharing a row part
-// read the same addresses). Per-row checkpoints are written from the registers.
+// shuffles. 16 columns per block: n_v * d_v / 16 blocks (384 at n_v = 48, d_v = 128) of 64
+// threads, so the 132 SMs of an H200 hold 2-3 blocks each (128-thread blocks left 60 SMs with
+// twice the work of the others, which bounds a verify step's checkpoint writes). q and k of the
+// token are read per thread from L1 (the 8 threads sharing a row part read the same addresses).
+// Per-row checkpoints are written from the registers. The block shape does not change any sum.
+constexpr int kRegColsPerBlock = 16;
+constexpr int kRegThreads = 4 * kRegColsPerBlock;  // 4 threads share a column
+
 template <int DK>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(kRegThreads)
     gdn_recurrent_reg_k(int n_k, int n_v, int dv, const float* __restrict__ qkv, size_t qkv_stride,
                         const float* __restrict__ g, const float* __restrict__ beta, int rows, float* __restrict__ S,
                         float* __restrict__ out, float* __restrict__ row_states) {
@@ -80,7 +85,7 @@ __global__ void __launch_bounds__(128)
   const int h = blockIdx.x, kh = h % n_k;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int part = lane % kParts;
-  const int j = blockIdx.y * 32 + warp * 8 + lane / kParts;  // d_v % 32 == 0: always a column
+  const int j = blockIdx.y * kRegColsPerBlock + warp * 8 + lane / kParts;  // d_v % 16 == 0: always a column
   const int i0 = part * kRowsPerThread;
   float* Sh = S + size_t(h) * DK * dv;
   float s[kRowsPerThread];
@@ -129,12 +134,12 @@ __global__ void __launch_bounds__(128)
 void gdn_delta_rule(const GdnShape& sh, const float* qkv, size_t qkv_stride, const float* g, const float* beta,
                     int rows, float* S, float* out, float* row_states, cudaStream_t s) {
   if ((sh.d_k == 128 || sh.d_k == 64) && sh.d_v % 32 == 0) {  // registers version (Qwen3.5: 128 x 128)
-    const dim3 grid(unsigned(sh.n_v), unsigned(sh.d_v / 32));
+    const dim3 grid(unsigned(sh.n_v), unsigned(sh.d_v / kRegColsPerBlock));
     if (sh.d_k == 128) {
-      launch(gdn_recurrent_reg_k<128>, grid, 128, 0, s, sh.n_k, sh.n_v, sh.d_v, qkv, qkv_stride, g, beta, rows, S, out,
+      launch(gdn_recurrent_reg_k<128>, grid, kRegThreads, 0, s, sh.n_k, sh.n_v, sh.d_v, qkv, qkv_stride, g, beta, rows, S, out,
                                                     row_states);
     } else {
-      launch(gdn_recurrent_reg_k<64>, grid, 128, 0, s, sh.n_k, sh.n_v, sh.d_v, qkv, qkv_stride, g, beta, rows, S, out,
+      launch(gdn_recurrent_reg_k<64>, grid, kRegThreads, 0, s, sh.n_k, sh.n_v, sh.d_v, qkv, qkv_stride, g, beta, rows, S, out,
                                                    row_states);
     }
     return;
