@@ -8,8 +8,10 @@
 // (the prefill measure), so a kernel change is judged in one call without a model. For Q6_K the
 // imma lines of more than 32 rows are the prefill GEMM (imma_q6k_gemm.cu) with its activation
 // quantizer; "ffn down" and "attn k" (the shape of attn_v) at 512 and 4096 rows are the ones its
-// block shapes were chosen for. Weights rotate over copies larger than the L2 cache, as a
-// decode step streams each weight once.
+// block shapes were chosen for. Q5_K takes the integer kernels in its tile layout only
+// (quant/q5k_tiles.h): its imma lines are the "tile layout" ones (the decode kernel, the GEMM
+// above 32 rows) and the GEMM alone on the tiles. Weights rotate over copies larger than the L2
+// cache, as a decode step streams each weight once.
 //
 //   matmul_kernels [--reps N]   (built with the CUDA backend; run on the GPU machine)
 #include <cuda_runtime.h>
@@ -25,6 +27,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "quant/q4k_tiles.h"
+#include "quant/q5k_tiles.h"
 #include "quant/quantize.h"
 #include "quant/types.h"
 
@@ -48,7 +51,7 @@ struct Shape {
 // DeltaNet values), one of each size class.
 const Shape kShapes[] = {{"ffn gate/up", 5120, 17408}, {"ffn down", 17408, 5120}, {"gdn qkv", 5120, 10240},
                          {"attn/gdn out", 6144, 5120}, {"attn k", 5120, 1024}, {"gdn beta", 5120, 48}};
-const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::IQ4_XS};
+const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::IQ4_XS};
 // 512: a prefill chunk; 4096: the tensor-core kernels only (the fp32 one stops at 512).
 const int kRows[] = {1, 8, 16, 32, 128, 512, 4096};
 constexpr int kMvMaxRows = 512;
@@ -156,13 +159,17 @@ int main(int argc, char** argv) {
       check(cudaMalloc(reinterpret_cast<void**>(&y), size_t(max_rows) * size_t(sh.n_out) * sizeof(float)), "cudaMalloc (y)");
       check(cudaMemcpy(x, xh.data(), xh.size() * sizeof(float), cudaMemcpyHostToDevice), "upload x");
       Weight w0{t, sh.n_in, sh.n_out, dev, row_bytes};
-      // Q4_K: the same copies in the tile layout (quant/q4k_tiles.h), for the tile decode kernel.
+      // Q4_K and Q5_K: the same copies in the tile layout (quant/q4k_tiles.h, quant/q5k_tiles.h),
+      // for the integer kernels' tile variants.
+      const bool q5k = t == GgmlType::Q5_K;
+      Weight as_tiles = w0;  // (imma_supports: whether the tile kernels take it)
+      as_tiles.q5k_tiles = q5k;
       uint8_t* tiles_dev = nullptr;
       size_t tiles_stride = 0;
-      if (t == GgmlType::Q4_K && df::cuda::imma_supports(w0)) {
+      if ((t == GgmlType::Q4_K || q5k) && df::cuda::imma_supports(as_tiles)) {
         const int n_sb = int(sh.n_in / 256);
-        std::vector<uint8_t> tiles(df::q4k_tiles_bytes(sh.n_out, n_sb));
-        df::q4k_to_tiles(host.data(), sh.n_out, n_sb, tiles.data());
+        std::vector<uint8_t> tiles(q5k ? df::q5k_tiles_bytes(sh.n_out, n_sb) : df::q4k_tiles_bytes(sh.n_out, n_sb));
+        (q5k ? df::q5k_to_tiles : df::q4k_to_tiles)(host.data(), sh.n_out, n_sb, tiles.data());
         tiles_stride = (tiles.size() + 255) / 256 * 256;
         check(cudaMalloc(reinterpret_cast<void**>(&tiles_dev), tiles_stride * size_t(copies)), "cudaMalloc (tiles)");
         for (int c = 0; c < copies; ++c)
@@ -172,8 +179,12 @@ int main(int argc, char** argv) {
       // The tile copy holding the same weight as GGUF copy w (as CudaBackend::upload_matrix stores it).
       auto tiles_of = [&](const Weight& w) {
         const size_t copy = size_t(static_cast<const uint8_t*>(w.data) - dev) / stride;
-        return Weight{t, sh.n_in, sh.n_out, tiles_dev + tiles_stride * copy, row_bytes, /*q4k_tiles=*/true};
+        return Weight{t, sh.n_in, sh.n_out, tiles_dev + tiles_stride * copy, row_bytes, /*q4k_tiles=*/!q5k,
+                      /*q5k_tiles=*/q5k};
       };
+      // The layout the GEMM-alone lines read: Q5_K's tiles (its only one), else the GGUF rows.
+      auto gemm_weight = [&](const Weight& w) { return q5k ? tiles_of(w) : w; };
+      const bool gemm_alone = (t == GgmlType::Q4_K && df::cuda::imma_supports(w0)) || (q5k && tiles_dev != nullptr);
       auto imma = [&](const Weight& w, int rows) {
         const Weight* ws[1] = {&w};
         float* ys[1] = {y};
@@ -197,9 +208,11 @@ int main(int argc, char** argv) {
                       }};
       };
       auto gemm_shape = [&](const char* name, df::cuda::ImmaGemmShape shape) {
-        return Kernel{name, t == GgmlType::Q4_K && df::cuda::imma_supports(w0), 128, max_rows,
+        return Kernel{name, gemm_alone, 128, max_rows,
                       [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
-                      [&, shape](const Weight& w, int rows) { df::cuda::imma_gemm_quantized(w, y, rows, scratch, s, shape); }};
+                      [&, shape](const Weight& w, int rows) {
+                        df::cuda::imma_gemm_quantized(gemm_weight(w), y, rows, scratch, s, shape);
+                      }};
       };
       const Kernel kernels[] = {
           {"imma (int8 tensor cores)", df::cuda::imma_supports(w0), 1, max_rows, nullptr,
@@ -208,16 +221,15 @@ int main(int argc, char** argv) {
              float* ys[1] = {y};
              df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, s);
            }},
-          {"imma GEMM alone (x quantized before)", t == GgmlType::Q4_K && df::cuda::imma_supports(w0),
-           df::cuda::kImmaGemmMinRows + 1, max_rows,
+          {"imma GEMM alone (x quantized before)", gemm_alone, df::cuda::kImmaGemmMinRows + 1, max_rows,
            [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
-           [&](const Weight& w, int rows) { df::cuda::imma_gemm_quantized(w, y, rows, scratch, s); }},
+           [&](const Weight& w, int rows) { df::cuda::imma_gemm_quantized(gemm_weight(w), y, rows, scratch, s); }},
           // The same GEMM in each of its block shapes (the default picks one of the first two).
           gemm_shape("imma GEMM 128x64, 4 warps", df::cuda::ImmaGemmShape::k128x64Warps4),
           gemm_shape("imma GEMM 128x128, 8 warps", df::cuda::ImmaGemmShape::k128x128Warps8),
           gemm_shape("imma GEMM 128x128, 16 warps", df::cuda::ImmaGemmShape::k128x128Warps16),
-          {"imma, tile layout (quant/q4k_tiles.h)", tiles_dev != nullptr, 1, max_rows, nullptr,
-           [&](const Weight& w, int rows) { imma(tiles_of(w), rows); }},
+          {q5k ? "imma, tile layout (quant/q5k_tiles.h)" : "imma, tile layout (quant/q4k_tiles.h)",
+           tiles_dev != nullptr, 1, max_rows, nullptr, [&](const Weight& w, int rows) { imma(tiles_of(w), rows); }},
           probe("probe: reads only, GGUF rows, 1 super-block in flight", false, 1),
           probe("probe: reads only, GGUF rows, 3 in flight", false, 3),
           probe("probe: reads only, tile-contiguous, 1 in flight", true, 1),
@@ -226,7 +238,7 @@ int main(int argc, char** argv) {
            [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
           {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, kMvMaxRows, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mv_matmul(w, x, rows, y, s); }}};
-      if (tiles_dev != nullptr) {  // the tile kernel gives the GGUF kernel's bits
+      if (tiles_dev != nullptr && !q5k) {  // the tile kernel gives the GGUF kernel's bits (Q5_K has no GGUF one)
         std::string verdict = "equal";
         for (int rows : {1, 2, 8, 9, 16, 32, 33, 512}) {
           const size_t n = size_t(rows) * size_t(sh.n_out);

@@ -500,6 +500,15 @@ HostWeight make_weight(GgmlType t, int64_t n_in, int64_t n_out, uint64_t seed) {
   return hw;
 }
 
+// A test weight's copy for the products: Q5_K as the models bind it (upload_matrix: its tile
+// layout, the only one its integer kernels read); other types as GGUF rows (Q4_K's tiles have
+// tests of their own, Q4kTiledWeightsEqualRows). On the CPU backend both are the rows.
+Weight product_weight(Backend& b, const HostWeight& hw) {
+  const Weight host{hw.type, hw.n_in, hw.n_out, hw.bytes.data(), hw.row_bytes};
+  if (hw.type == GgmlType::Q5_K) return b.upload_matrix(host);
+  return Weight{hw.type, hw.n_in, hw.n_out, b.weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
+}
+
 // Rows scaled by 10^((r % 5) - 2); row 2 is zero (a Q8 scale of 0 must give 0, not NaN).
 std::vector<float> make_activations(int rows, int64_t n_in, uint64_t seed) {
   Rng rng(seed);
@@ -564,11 +573,14 @@ TEST_P(CudaMatmul, AgainstExactAndCpu) {
                                    // Even block counts at each integer-kernel n-tile count (Q6_K takes
                                    // only those), and more than 32 super-blocks (3 a slot: slots
                                    // starting on odd ones):
-                                   {1536, 45, 9}, {2560, 33, 16}, {1536, 50, 33}, {17408, 20, 3}};
+                                   {1536, 45, 9}, {2560, 33, 16}, {1536, 50, 33}, {17408, 20, 3},
+                                   // 17-24 rows: four n-tiles, the fourth empty
+                                   {2048, 50, 23}};
   if (fl) cases.push_back({301, 37, 3}), cases.push_back({1, 5, 2}), cases.push_back({33, 9, 16});
   // Q4_K above 32 rows: the tiled prefill GEMM (imma_gemm.cu), with row tails (33, 100, 257 in
   // 64- or 128-row tiles) and output tails (37, 129, 300 in 128-output tiles); 8448 is 33
-  // super-blocks, two per slot (the kernel's other variant). Q6_K: its own prefill GEMM
+  // super-blocks, two per slot (the kernel's other variant). Q5_K (tiles, product_weight): the
+  // same kernels' kQ5k variants at every row count. Q6_K: its own prefill GEMM
   // (imma_q6k_gemm.cu) where the block count is even (256, 2304, 8448: odd, the f16 kernel);
   // 9216: 36 super-blocks, two per slot, for both types' GEMMs.
   if (mv::int8_tensor_core_type(t))
@@ -581,8 +593,7 @@ TEST_P(CudaMatmul, AgainstExactAndCpu) {
     const std::vector<float> x = make_activations(c.rows, c.n_in, seed++);
     const std::vector<double> e = activation_rounding(t, x, c.rows, c.n_in);
     Weight w[2];
-    for (int s = 0; s < 2; ++s)
-      w[s] = Weight{t, c.n_in, c.n_out, be_[s]->weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
+    for (int s = 0; s < 2; ++s) w[s] = product_weight(*be_[s], hw);
     Twin<float> xd(be(), x), yd(be(), std::vector<float>(size_t(c.rows) * c.n_out, kPoison));
     both([&](Backend& b, int s) { b.matmul(w[s], xd[s], c.rows, yd[s]); });
     const auto cpu = yd.get(0), gpu = yd.get(1);
@@ -657,7 +668,7 @@ TEST_P(CudaMatmul, RowsAreBatchInvariant) {
     const int rows = 40;
     const HostWeight hw = make_weight(t, n_in, n_out, 4242 + uint64_t(t));
     const std::vector<float> x = make_activations(rows, n_in, 99 + uint64_t(t));
-    const Weight w{t, n_in, n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
+    const Weight w = product_weight(gpu(), hw);
     float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
     float* yd = static_cast<float*>(gpu().alloc(size_t(rows) * n_out * sizeof(float)));
     gpu().upload(xd, x.data(), x.size() * sizeof(float));
@@ -682,10 +693,10 @@ TEST_P(CudaMatmul, RowsAreBatchInvariant) {
 }
 
 // Projections that share an input (matmul_shared_input: one quantization of x and shared
-// launches for each group of Q4_K or Q6_K ones of one n_in) give each output bit for bit what
-// its own matmul gives, with the two types, other n_in and a weight off the integer kernels
-// (Q6_K with an odd block count) mixed in, more weights than one launch takes, and row counts
-// of every kernel shape.
+// launches for each group of Q4_K, Q5_K (tiles) or Q6_K ones of one n_in) give each output bit
+// for bit what its own matmul gives, with the three types, other n_in and a weight off the
+// integer kernels (Q6_K with an odd block count) mixed in, more weights than one launch takes,
+// and row counts of every kernel shape.
 TEST_F(CudaOps, SharedInputMatmulEqualsSeparateProducts) {
   struct Spec {
     GgmlType t;
@@ -694,13 +705,14 @@ TEST_F(CudaOps, SharedInputMatmulEqualsSeparateProducts) {
   const std::vector<Spec> specs = {{GgmlType::Q4_K, 1024, 45}, {GgmlType::Q4_K, 1024, 130}, {GgmlType::Q6_K, 1024, 37},
                                    {GgmlType::Q4_K, 1024, 16}, {GgmlType::Q4_K, 2048, 20}, {GgmlType::Q6_K, 1024, 50},
                                    {GgmlType::Q4_K, 1024, 3},  {GgmlType::Q6_K, 2048, 9},  {GgmlType::Q4_K, 1024, 7},
-                                   {GgmlType::Q6_K, 768, 10},  {GgmlType::Q6_K, 1024, 5}};
+                                   {GgmlType::Q6_K, 768, 10},  {GgmlType::Q6_K, 1024, 5},  {GgmlType::Q5_K, 1024, 33},
+                                   {GgmlType::Q5_K, 2048, 17}, {GgmlType::Q5_K, 1024, 20}, {GgmlType::Q5_K, 1024, 9},
+                                   {GgmlType::Q5_K, 1024, 16}, {GgmlType::Q5_K, 1024, 40}, {GgmlType::Q5_K, 1024, 3}};
   std::vector<HostWeight> hws;
   std::vector<Weight> ws;
   for (size_t i = 0; i < specs.size(); ++i) {
     hws.push_back(make_weight(specs[i].t, specs[i].n_in, specs[i].n_out, 5150 + i));
-    const HostWeight& hw = hws.back();
-    ws.push_back(Weight{hw.type, hw.n_in, hw.n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes});
+    ws.push_back(product_weight(gpu(), hws.back()));
   }
   for (int rows : {1, 3, 5, 9, 16, 17, 40, 100, 300}) {  // 40, 100, 300: the Q4_K and Q6_K prefill GEMMs
     const std::vector<float> x = make_activations(rows, 2048, 77 + uint64_t(rows));
@@ -744,7 +756,7 @@ struct GemmCase {
 void expect_gemm_rows_equal_decode_rows(Backend& gpu, GgmlType t, const GemmCase& c, uint64_t seed) {
   const HostWeight hw = make_weight(t, c.n_in, c.n_out, seed);
   const std::vector<float> x = make_activations(c.rows, c.n_in, seed + 100);
-  const Weight w{t, c.n_in, c.n_out, gpu.weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
+  const Weight w = product_weight(gpu, hw);
   const size_t n_out = size_t(c.n_out);
   const std::vector<float> poison(size_t(c.rows) * n_out, kPoison);
   float* xd = static_cast<float*>(gpu.alloc(x.size() * sizeof(float)));
@@ -781,6 +793,14 @@ TEST_F(CudaOps, Q4kGemmRowsEqualDecodeRows) {
   for (const GemmCase& c : {GemmCase{5120, 300, 300}, GemmCase{8448, 37, 300}, GemmCase{17408, 130, 300},
                             GemmCase{1024, 12000, 600}, GemmCase{8448, 3000, 2500}})
     expect_gemm_rows_equal_decode_rows(gpu(), GgmlType::Q4_K, c, 7100 + uint64_t(c.n_in));
+}
+
+// The same for Q5_K tiles (the kQ5k variants of both kernels; product_weight tiles them), with
+// the Q4_K cases' shapes: one, two and three super-blocks a slot, both GEMM block shapes.
+TEST_F(CudaOps, Q5kGemmRowsEqualDecodeRows) {
+  for (const GemmCase& c : {GemmCase{5120, 300, 300}, GemmCase{8448, 37, 300}, GemmCase{17408, 130, 300},
+                            GemmCase{1024, 12000, 600}, GemmCase{8448, 3000, 2500}})
+    expect_gemm_rows_equal_decode_rows(gpu(), GgmlType::Q5_K, c, 7200 + uint64_t(c.n_in));
 }
 
 // Rows beyond f16's range (|x| >= 65504, as large models' SwiGLU outputs can be) on the f16
@@ -1464,14 +1484,15 @@ TEST_P(CudaModel, LogitsAndGreedyMatchCpu) {
   // L2 error of 4e-2-8e-2). Measured on an H200: max 1.8e-2, relative L2 1e-3. Bounds: 5e-2 and
   // 5e-3, with the greedy check below unchanged.
   const bool tensor_cores = std::string(mc.type) != "f32" && std::string(mc.type) != "bf16";
-  // Q4_K and Q6_K matrices (q4_k, and most of mix-q4_k_m) take 8-bit Q8_K activations on both
+  // Q4_K, Q5_K and Q6_K matrices (q4_k, q5_k, and most of mix-q4_k_m) take 8-bit Q8_K activations on both
   // sides (imma_matmul.cu, imma_q6k.cu; the reference uses the plain CPU product for them).
   // Same inputs give the same integers, but an input one ulp apart can round to the next 8-bit
   // step, a jump of 1/127 of its 256-block's largest value (f16: 2^-11 of the element), which
   // these models amplify as above. Measured on an H200 with Q4_K alone on the integer path:
   // max 0.34, relative L2 1.7e-2 (the plain CPU's own 8-bit activations vs f32: 4e-2-8e-2).
   // Bounds: 0.6 and 5e-2; greedy as below.
-  const bool q8k = std::string(mc.type) == "q4_k" || std::string(mc.type) == "mix-q4_k_m";
+  const bool q8k =
+      std::string(mc.type) == "q4_k" || std::string(mc.type) == "q5_k" || std::string(mc.type) == "mix-q4_k_m";
   const double mx_bound = q8k ? 0.6 : tensor_cores ? 5e-2 : 2e-3;
   EXPECT_LT(mx_32, mx_bound) << tag << ": prompt logits vs the f32 CPU, f32 KV cache";
   EXPECT_LT(mx_r, q8k ? 0.6 : tensor_cores ? 5e-2 : 5e-3) << tag << ": prompt logits vs the f32 CPU, f16 KV cache";
@@ -1522,7 +1543,8 @@ TEST_P(CudaModel, LogitsAndGreedyMatchCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaModel,
                          ::testing::Values(ModelCase{"qwen35", "f32"}, ModelCase{"qwen35", "q8_0"},
-                                           ModelCase{"qwen35", "q4_k"}, ModelCase{"qwen35", "iq4_xs"},
+                                           ModelCase{"qwen35", "q4_k"}, ModelCase{"qwen35", "q5_k"},
+                                           ModelCase{"qwen35", "iq4_xs"},
                                            ModelCase{"qwen35", "mix-q4_k_m"}, ModelCase{"qwen3", "q8_0"},
                                            ModelCase{"qwen3", "bf16"}),
                          [](const ::testing::TestParamInfo<ModelCase>& i) {
@@ -2943,6 +2965,154 @@ TEST_F(CudaOps, Q4kTiledWeightsEqualRows) {
     gpu().release(yd2);
     gpu().release(yd);
     gpu().release(xd);
+  }
+}
+
+
+// Q5_K matrices through upload_matrix (CudaBackend stores them as tiles, quant/q5k_tiles.h): the
+// kernels' kQ5k variants at every width (rows 1; 2-8; 9-16; 17-32; the GEMM above) agree with
+// each other where they must, bit for bit: every prefill block shape gives the bits of the
+// default one (100 and 512 rows; n_in 8448 and 17408: two and three super-blocks a slot), a
+// shared-input group of two tiled weights gives each its own product, no output is left
+// unwritten (outputs poisoned first). With the tile layout off (make_cuda_backend's q4k_tiles)
+// upload_matrix keeps Q5_K in GGUF rows, which the integer kernels refuse; an embedding lookup
+// of a tiled matrix is refused. (Accuracy against the CPU: CudaMatmul.*/q5_K.)
+TEST_F(CudaOps, Q5kTiledWeightsAcrossKernels) {
+  struct Shape {
+    int64_t n_in, n_out;
+  };
+  for (const Shape sh : {Shape{5120, 300}, Shape{17408, 37}, Shape{256, 17}, Shape{8448, 129}}) {
+    const HostWeight hw = make_weight(GgmlType::Q5_K, sh.n_in, sh.n_out, 9500 + uint64_t(sh.n_in));
+    const HostWeight hw2 = make_weight(GgmlType::Q5_K, sh.n_in, 48, 9600 + uint64_t(sh.n_in));
+    const Weight wt = gpu().upload_matrix(Weight{GgmlType::Q5_K, sh.n_in, sh.n_out, hw.bytes.data(), hw.row_bytes});
+    const Weight wt2 = gpu().upload_matrix(Weight{GgmlType::Q5_K, sh.n_in, 48, hw2.bytes.data(), hw2.row_bytes});
+    ASSERT_TRUE(wt.q5k_tiles && wt2.q5k_tiles && !wt.q4k_tiles);
+    ASSERT_TRUE(cuda::imma_supports(wt));
+    constexpr int kMaxRows = 512;
+    const std::vector<float> x = make_activations(kMaxRows, sh.n_in, 9700 + uint64_t(sh.n_in));
+    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
+    gpu().upload(xd, x.data(), x.size() * sizeof(float));
+    const std::vector<float> poison(size_t(kMaxRows) * size_t(sh.n_out), kPoison);
+    float* yd = static_cast<float*>(gpu().alloc(poison.size() * sizeof(float)));
+    float* yd2 = static_cast<float*>(gpu().alloc(size_t(kMaxRows) * 48 * sizeof(float)));
+    auto get = [&](float* p, size_t n) {
+      std::vector<float> v(n);
+      gpu().download(v.data(), p, n * sizeof(float));
+      return v;
+    };
+    auto poisoned = [&](float* p, size_t n) {
+      gpu().upload(p, poison.data(), n * sizeof(float));
+      return p;
+    };
+    for (int rows : {1, 2, 7, 8, 9, 16, 17, 24, 32, 33, 100, 512}) {
+      const size_t n = size_t(rows) * size_t(sh.n_out), n2 = size_t(rows) * 48;
+      gpu().matmul(wt, xd, rows, poisoned(yd, n));
+      const std::vector<float> want = get(yd, n);
+      EXPECT_TRUE(std::none_of(want.begin(), want.end(), [](float v) { return std::isnan(v); }))
+          << sh.n_in << " x " << sh.n_out << ", rows " << rows << ": unwritten outputs";
+      if (rows == 1 || rows == 9 || rows == 24 || rows == 100) {  // two tiled weights in one group
+        gpu().matmul(wt2, xd, rows, poisoned(yd2, n2));
+        const std::vector<float> want2 = get(yd2, n2);
+        const Weight* ws[2] = {&wt, &wt2};
+        float* ys[2] = {poisoned(yd, n), poisoned(yd2, n2)};
+        gpu().matmul_shared_input(ws, ys, 2, xd, rows);
+        EXPECT_TRUE(same_bits(get(yd, n), want)) << "shared input, first, rows " << rows;
+        EXPECT_TRUE(same_bits(get(yd2, n2), want2)) << "shared input, second, rows " << rows;
+      }
+      if (rows == 100 || rows == 512) {  // every prefill block shape on the tiles
+        void* scratch = gpu().alloc(cuda::imma_scratch_bytes(wt, rows));
+        gpu().synchronize();
+        cuda::imma_quantize(xd, sh.n_in, rows, scratch, nullptr);
+        for (cuda::ImmaGemmShape shape : {cuda::ImmaGemmShape::k128x64Warps4, cuda::ImmaGemmShape::k128x128Warps8,
+                                          cuda::ImmaGemmShape::k128x128Warps16}) {
+          gpu().upload(yd, poison.data(), n * sizeof(float));
+          gpu().synchronize();
+          cuda::imma_gemm_quantized(wt, yd, rows, scratch, nullptr, shape);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "shape " << int(shape);
+          EXPECT_TRUE(same_bits(get(yd, n), want)) << "GEMM shape " << int(shape) << ", rows " << rows;
+        }
+        gpu().release(scratch);
+      }
+    }
+    int32_t* tok = static_cast<int32_t*>(gpu().alloc(sizeof(int32_t)));
+    const int32_t zero = 0;
+    gpu().upload(tok, &zero, sizeof(zero));
+    EXPECT_ANY_THROW(gpu().embed(wt, tok, 1, yd)) << "an embedding lookup read Q5_K tiles as rows";
+    gpu().release(tok);
+    gpu().release(yd2);
+    gpu().release(yd);
+    gpu().release(xd);
+  }
+  auto rows_be = make_cuda_backend(0, false, /*q4k_tiles=*/false);
+  const HostWeight hw = make_weight(GgmlType::Q5_K, 1024, 32, 9800);
+  const Weight wr = rows_be->upload_matrix(Weight{GgmlType::Q5_K, 1024, 32, hw.bytes.data(), hw.row_bytes});
+  EXPECT_FALSE(wr.q5k_tiles || wr.q4k_tiles);
+  EXPECT_FALSE(cuda::imma_supports(wr)) << "the integer kernels read Q5_K as tiles only";
+}
+
+// The Q8_K activations a norm writes beside its output (fuse_quantize) feed Q5_K tile products
+// as they feed Q4_K ones: rms_norm, then a shared-input group of two Q5_K weights and a single
+// product, the same bits as with every product quantizing its own input, for 1, 16 and 32 rows
+// (the norm quantizes) and 33 (it does not), direct and replayed as a CUDA graph step.
+TEST(CudaFusedQ8k, NormQuantizedQ5kProductsEqualUnfused) {
+  if (!have_gpu()) GTEST_SKIP() << kNoGpu;
+  constexpr int kDim = 5120;
+  const HostWeight hws[3] = {make_weight(GgmlType::Q5_K, kDim, 96, 9900), make_weight(GgmlType::Q5_K, kDim, 40, 9901),
+                             make_weight(GgmlType::Q5_K, kDim, 1024, 9902)};
+  CudaBackend plain_be(0, /*fuse_quantize=*/false), fused_be(0, /*fuse_quantize=*/true);
+  CudaGraphBackend graphs_be(0, /*fuse_quantize=*/true);
+  auto run = [&](CudaBackend& be, int rows, int in_steps) {
+    Weight w[3];
+    for (int i = 0; i < 3; ++i) {
+      w[i] = be.upload_matrix(Weight{GgmlType::Q5_K, kDim, hws[i].n_out, hws[i].bytes.data(), hws[i].row_bytes});
+      EXPECT_TRUE(w[i].q5k_tiles);
+    }
+    Rng rng(9950 + uint64_t(rows));
+    const std::vector<float> x0 = make_activations(rows, kDim, 9960 + uint64_t(rows)), nw = rng.normals(kDim, 0.5);
+    float* x = static_cast<float*>(be.alloc(x0.size() * sizeof(float)));
+    float* nwd = static_cast<float*>(be.alloc(nw.size() * sizeof(float)));
+    float* u = static_cast<float*>(be.alloc(x0.size() * sizeof(float)));
+    float* y[3];
+    for (int i = 0; i < 3; ++i) y[i] = static_cast<float*>(be.alloc(size_t(rows) * size_t(w[i].n_out) * sizeof(float)));
+    be.upload(x, x0.data(), x0.size() * sizeof(float));
+    be.upload(nwd, nw.data(), nw.size() * sizeof(float));
+    auto prepare = [&] {
+      for (int i = 0; i < 3; ++i) {
+        const std::vector<float> poison(size_t(rows) * size_t(w[i].n_out), kPoison);
+        be.upload(y[i], poison.data(), poison.size() * sizeof(float));
+      }
+    };
+    auto sequence = [&] {
+      be.rms_norm(x, kDim, nwd, rows, kDim, 1e-6f, u, kDim);
+      const Weight* ws[2] = {&w[0], &w[1]};
+      be.matmul_shared_input(ws, y, 2, u, rows);
+      be.rms_norm(x, kDim, nwd, rows, kDim, 1e-6f, u, kDim);
+      be.matmul(w[2], u, rows, y[2]);
+    };
+    run_as_steps(be, in_steps, prepare, sequence);
+    std::vector<std::vector<float>> out;
+    for (int i = 0; i < 3; ++i) {
+      out.emplace_back(size_t(rows) * size_t(w[i].n_out));
+      be.download(out.back().data(), y[i], out.back().size() * sizeof(float));
+      be.release(y[i]);
+    }
+    be.release(u);
+    be.release(nwd);
+    be.release(x);
+    return out;
+  };
+  for (int rows : {1, 16, 32, 33}) {
+    const auto want = run(plain_be, rows, 0);
+    const int64_t uses0 = fused_be.fused_q8k_uses();
+    const auto got = run(fused_be, rows, 0);
+    EXPECT_EQ(fused_be.fused_q8k_uses() - uses0, rows <= cuda::kNormQ8kMaxRows ? 2 : 0) << "rows " << rows;
+    const auto stepped = run(graphs_be, rows, 3);
+    for (size_t i = 0; i < 3; ++i) {
+      const std::string what = "product " + std::to_string(i) + " rows " + std::to_string(rows);
+      for (float v : want[i]) ASSERT_FALSE(std::isnan(v)) << what << ": unwritten";
+      EXPECT_TRUE(same_bits(got[i], want[i])) << what << ": fused vs unfused";
+      EXPECT_TRUE(same_bits(stepped[i], want[i])) << what << ": replayed step";
+    }
   }
 }
 

@@ -22,6 +22,8 @@ struct Weight {
   // data holds the Q4_K tile layout (quant/q4k_tiles.h), not GGUF rows: Backend::upload_matrix
   // of a backend whose products read it faster (CUDA); only those products read such weights.
   bool q4k_tiles = false;
+  // The same for Q5_K weights in the Q5_K tile layout (quant/q5k_tiles.h).
+  bool q5k_tiles = false;
   explicit operator bool() const { return data != nullptr; }
 };
 
@@ -86,7 +88,7 @@ class Backend {
   virtual const void* weight_data(const void* host, size_t bytes) = 0;
   // A matrix for the products (matmul, matmul_shared_input), host.data its GGUF bytes (as
   // weight_data takes them): a backend may store it in a layout its product kernels read faster
-  // (CUDA: Q4_K as 16-row tiles). Embedding tables, which embed() reads by row, use weight_data.
+  // (CUDA: Q4_K and Q5_K as 16-row tiles). Embedding tables, which embed() reads by row, use weight_data.
   virtual Weight upload_matrix(const Weight& host) {
     Weight w = host;
     w.data = weight_data(host.data, host.row_bytes * size_t(host.n_out));

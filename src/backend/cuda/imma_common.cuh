@@ -1,6 +1,6 @@
-// What the integer tensor-core kernels share: for Q4_K, imma_matmul.cu (every row count, the
-// decode path) and imma_gemm.cu (the tiled prefill path for many rows); for Q6_K, imma_q6k.cu and
-// imma_q6k_gemm.cu (imma_q6k.cuh).
+// What the integer tensor-core kernels share: for Q4_K and Q5_K (the latter as tiles only),
+// imma_matmul.cu (every row count, the decode path) and imma_gemm.cu (the tiled prefill path for
+// many rows); for Q6_K, imma_q6k.cu and imma_q6k_gemm.cu (imma_q6k.cuh).
 // All read the CPU's Q8_K activations (q8k_quantize_lane; Q4_K: quantize_q8k_k, q8k_layout),
 // plan launches the same way (Segments, for_each_launch) and split each row's super-blocks into
 // the same slots (slots_of), so a row's result is the same bits whichever kernel computes it
@@ -13,6 +13,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "quant/q4k_tiles.h"
+#include "quant/q5k_tiles.h"
 
 namespace df::cuda {
 
@@ -37,6 +38,7 @@ struct Segments {
   int first_block[kMaxSegments + 1];
   int n;
   bool q4k_tiles;  // the weights are in the tile layout (quant/q4k_tiles.h): w[k] is a tile
+  bool q5k_tiles;  // Q5_K weights in theirs (quant/q5k_tiles.h): w[k] is a tile
 };
 
 // What block blockIdx.y of a launch computes: its segment's weight and output, and the first
@@ -274,12 +276,14 @@ __device__ __forceinline__ void q4k_d_dmin(uint32_t w0, float& d, float& dmin) {
 }
 
 // The float part of one super-block for one (activation row, output), as the CPU's k4_block:
-// (dx * (d / 16)) * isum - (dx * dmin) * msum, with isum = 16 sum_j sc_j dot_j and msum =
+// (dx * (d / kMul)) * isum - (dx * dmin) * msum, with isum = kMul sum_j sc_j dot_j (kMul: 16 for
+// Q4_K, whose high nibbles enter as 16 q; 8 for Q5_K, whose high values enter as 8 q) and msum =
 // sum_j min_j xsum_j (both exact integers; |msum| < 2^22, so float(msum) is exact). Explicit
 // round-to-nearest intrinsics, so no kernel lets the compiler contract it differently: the
 // decode (imma_matmul.cu) and prefill (imma_gemm.cu) kernels must agree bit for bit.
+template <int kMul = 16>
 __device__ __forceinline__ float q4k_sb_term(float dx, float d, float dmin, int isum, float msum) {
-  const float a = __fmul_rn(__fmul_rn(dx, __fmul_rn(d, 0.0625f)), __int2float_rn(isum));
+  const float a = __fmul_rn(__fmul_rn(dx, __fmul_rn(d, 1.0f / kMul)), __int2float_rn(isum));
   return __fmaf_rn(-__fmul_rn(dx, dmin), msum, a);
 }
 
@@ -293,25 +297,29 @@ inline Slots slots_of(int n_sb) {
 // Calls launch(segments) for weights ws[0..n) (same n_in) into ys: one launch while the
 // segments fit a grid's 65535 blocks of 16 outputs, else one per slice (for_output_slices).
 // No allocation: this runs for every product of a step. The weights share one layout (GGUF
-// rows or Q4_K tiles; callers group them so).
+// rows, Q4_K tiles or Q5_K tiles; callers group them so).
 template <class F>
 void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launch) {
   Segments cur{};
   cur.q4k_tiles = n > 0 && ws[0]->q4k_tiles;
+  cur.q5k_tiles = n > 0 && ws[0]->q5k_tiles;
   for (int i = 0; i < n; ++i) {
     const Weight& w = *ws[i];
-    if (w.q4k_tiles != cur.q4k_tiles) throw std::invalid_argument("imma products of weights in two layouts");
+    if (w.q4k_tiles != cur.q4k_tiles || w.q5k_tiles != cur.q5k_tiles)
+      throw std::invalid_argument("imma products of weights in two layouts");
     for_output_slices(w.n_out, 16, [&](int64_t o, int64_t cnt, unsigned blocks) {
       if (cur.n == kMaxSegments || int64_t(cur.first_block[cur.n]) + blocks > 65535) {
         launch(cur);
-        const bool tiles = cur.q4k_tiles;
+        const bool tiles = cur.q4k_tiles, q5k = cur.q5k_tiles;
         cur = Segments{};
         cur.q4k_tiles = tiles;
+        cur.q5k_tiles = q5k;
       }
       const int k = cur.n++;
       // A slice starts at output o, a multiple of 16: tile o / 16 of a tiled weight.
-      cur.w[k] = static_cast<const uint8_t*>(w.data) +
-                 (w.q4k_tiles ? size_t(o / kQ4kTileRows) * size_t(w.n_in / kSb) * kQ4kTileBytes : size_t(o) * w.row_bytes);
+      const size_t tile_bytes = w.q5k_tiles ? kQ5kTileBytes : kQ4kTileBytes;
+      const size_t tile = size_t(o / kQ4kTileRows) * size_t(w.n_in / kSb) * tile_bytes;
+      cur.w[k] = static_cast<const uint8_t*>(w.data) + (w.q4k_tiles || w.q5k_tiles ? tile : size_t(o) * w.row_bytes);
       cur.row_bytes[k] = w.row_bytes;
       cur.n_out[k] = cnt;
       cur.y[k] = ys[i] + o;

@@ -1,6 +1,6 @@
-// The tiled prefill product for Q4_K weights: imma_matmul.cu's integer tensor-core math for calls
-// of many rows (imma_matmul_group sends it those above kImmaGemmMinRows), each output
-// bit-identical to what that kernel computes for the row alone.
+// The tiled prefill product for Q4_K weights (and Q5_K ones in their tile layout): imma_matmul.cu's
+// integer tensor-core math for calls of many rows (imma_matmul_group sends it those above
+// kImmaGemmMinRows), each output bit-identical to what that kernel computes for the row alone.
 //
 // Why. The decode kernel takes 32 activation rows per block group, so a 512-row prompt streams
 // and unpacks every weight 16 times from L2, and each unpacked weight fragment serves 4 n-tiles.
@@ -53,11 +53,11 @@ constexpr int kWChunks = kQ4kBytes / 16;    // 16-byte copies per Q4_K block
 constexpr int kStages = 2;                  // one super-block computes while the next loads
 
 // One pipeline stage for a BM x BN tile: weights, activations, activation scales, packed sums.
-// The weights take BM * 144 bytes either way (BM / 16 tiles of 2304).
-template <int BM, int BN, bool kTiles>
+// The weights take BM * 144 bytes either way (BM / 16 tiles of 2304); Q5_K tiles BM * 176.
+template <int BM, int BN, bool kTiles, bool kQ5k = false>
 struct Stage {
   static constexpr int kW = 0;
-  static constexpr int kX = kW + BM * kQ4kBytes;
+  static constexpr int kX = kW + BM * (kQ5k ? kQ5kTileBytes / kQ4kTileRows : kQ4kBytes);
   static constexpr int kD = kX + BN * kXRow<kTiles>;
   static constexpr int kM = kD + BN * 4;
   // The two halves of the packed sums, 64 bytes apart in banks: lanes reading both halves of
@@ -84,12 +84,18 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
 // quant bytes 8c .. 8c + 7), which is a permutation of the mma's k order, so its activations
 // are read in the same permutation (two 8-byte loads per n-tile, as the decode kernel does).
 // Copying the tiles back into GGUF order cost a fifth of the prefill speed (H200, session 9).
-template <int MT, int NT, int WM, int WN, bool kMulti, bool kTiles>
+// kQ5k (with kTiles): Q5_K tiles (quant/q5k_tiles.h), copied the same way (176 16-byte copies a
+// tile's super-block); a lane also reads its m-tile's high-bit word of the pair (4 bytes, the
+// warp's 128 in distinct banks) and makes the operands as imma_matmul.cu's kQ5k variant does.
+template <int MT, int NT, int WM, int WN, bool kMulti, bool kTiles, bool kQ5k = false>
 __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN))
     imma_gemm_kernel(const Segments segs, int n_sb, int per_slot, const int8_t* __restrict__ xq,
                      const float* __restrict__ xd, const uint2* __restrict__ xm, int n_in, int rows_pad, int rows) {
+  static_assert(!kQ5k || kTiles, "Q5_K is read as tiles only");
   constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN, kThreads = WM * WN * kWarp;
-  using S = Stage<BM, BN, kTiles>;
+  constexpr int kTileBytes = kQ5k ? kQ5kTileBytes : kQ4kTileBytes;
+  constexpr int kLoMul = kQ5k ? 8 : 16;  // the high operand's multiple of the value it stands for
+  using S = Stage<BM, BN, kTiles, kQ5k>;
   constexpr int kXRowB = kXRow<kTiles>;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t smem_s = uint32_t(__cvta_generic_to_shared(smem));
@@ -111,14 +117,14 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
   auto load_w = [&](int st, int sb) {
     const uint32_t dst = smem_s + st * S::kBytes + S::kW;
     if constexpr (kTiles) {
-      constexpr int kTileChunks = kQ4kTileBytes / 16;
+      constexpr int kTileChunks = kTileBytes / 16;
 #pragma unroll 1
       for (int i = tid; i < (BM / kQ4kTileRows) * kTileChunks; i += kThreads) {
         const int t = i / kTileChunks, chunk = i % kTileChunks;
         const bool live = o0 + kQ4kTileRows * t < n_out;  // a live tile's padding rows are stored
         const int64_t tile = live ? o0 / kQ4kTileRows + t : 0;
-        const uint8_t* src = w + (size_t(tile) * size_t(n_sb) + size_t(sb)) * kQ4kTileBytes + 16 * chunk;
-        cp_async16(dst + t * kQ4kTileBytes + 16 * chunk, src, live);
+        const uint8_t* src = w + (size_t(tile) * size_t(n_sb) + size_t(sb)) * kTileBytes + 16 * chunk;
+        cp_async16(dst + t * kTileBytes + 16 * chunk, src, live);
       }
     } else {
 #pragma unroll 1
@@ -188,7 +194,7 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
     // scale bytes), read where used: held for the whole super-block they cost ~24 registers.
     auto header = [&](int mt, int h) {
       if constexpr (kTiles)
-        return reinterpret_cast<const uint32_t*>(ws + (wm0 / 16 + mt) * kQ4kTileBytes + kQ4kTileHeaders +
+        return reinterpret_cast<const uint32_t*>(ws + (wm0 / 16 + mt) * kTileBytes + kQ4kTileHeaders +
                                                  16 * (g + 8 * h));
       else
         return reinterpret_cast<const uint32_t*>(ws + (wm0 + 16 * mt + g + 8 * h) * kQ4kBytes);
@@ -219,29 +225,38 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
       }
       // A fragments: rows g / g + 8, bytes 4c.. / 16 + 4c.. of the pair's 32 bytes (tiles: bytes
       // 8c.. / 8c + 4..). The next m-tile's is loaded before this one's mmas, so its latency
-      // hides behind them.
-      auto load_a = [&](int mt, uint32_t(&q)[4]) {
+      // hides behind them. Q5_K: f, the lane's high bits of the pair.
+      auto load_a = [&](int mt, uint32_t(&q)[4], uint32_t& f) {
         if constexpr (kTiles) {  // one 16-byte word: row g's 8 bytes, then row g + 8's
-          const uint4 v = *reinterpret_cast<const uint4*>(ws + (wm0 / 16 + mt) * kQ4kTileBytes +
-                                                          kQ4kTileQuantStride * i + 16 * lane);
+          const uint8_t* const tile = ws + (wm0 / 16 + mt) * kTileBytes;
+          const uint4 v = *reinterpret_cast<const uint4*>(tile + kQ4kTileQuantStride * i + 16 * lane);
           q[0] = v.x, q[1] = v.z, q[2] = v.y, q[3] = v.w;
+          if constexpr (kQ5k) f = *reinterpret_cast<const uint32_t*>(tile + kQ5kTileHighBits + 128 * i + 4 * lane);
         } else {
           ldsm_x4(q, ws_s + (wm0 + 16 * mt + (lane & 15)) * kQ4kBytes + 16 + 32 * i + 16 * (lane >> 4));
         }
       };
-      uint32_t q[4], q_next[4];
-      load_a(0, q);
+      uint32_t q[4], q_next[4], f = 0, f_next = 0;
+      load_a(0, q, f);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        if (mt + 1 < MT) load_a(mt + 1, q_next);
-        const uint32_t a_lo[4] = {q[0] & 0x0F0F0F0Fu, q[1] & 0x0F0F0F0Fu, q[2] & 0x0F0F0F0Fu, q[3] & 0x0F0F0F0Fu};
-        const uint32_t a_hi[4] = {q[0] & 0xF0F0F0F0u, q[1] & 0xF0F0F0F0u, q[2] & 0xF0F0F0F0u, q[3] & 0xF0F0F0F0u};
+        if (mt + 1 < MT) load_a(mt + 1, q_next, f_next);
+        uint32_t a_lo[4], a_hi[4];
+        if constexpr (kQ5k) {  // q[0..3] = words 0, 2, 1, 3 of the lane's 16 bytes (q5k_tiles.h)
+#pragma unroll
+          for (int k = 0; k < 4; ++k) a_lo[k] = q5k_low_operand(q[k]);
+          a_hi[0] = q5k_high_operand<0>(q[0], f), a_hi[1] = q5k_high_operand<2>(q[1], f);
+          a_hi[2] = q5k_high_operand<1>(q[2], f), a_hi[3] = q5k_high_operand<3>(q[3], f);
+        } else {
+#pragma unroll
+          for (int k = 0; k < 4; ++k) a_lo[k] = q[k] & 0x0F0F0F0Fu, a_hi[k] = q[k] & 0xF0F0F0F0u;
+        }
         int sc_lo[2], sc_hi[2];  // rows g, g + 8: the scales of sub-blocks 2i, 2i + 1 (k4_scale_min)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const uint32_t* hw = header(mt, h);
           const uint32_t sc = i < 2 ? hw[1] & 0x3F3F3F3Fu : (hw[3] & 0x0F0F0F0Fu) | ((hw[1] >> 2) & 0x30303030u);
-          sc_lo[h] = 16 * byte_of(sc, (2 * i) % 4);
+          sc_lo[h] = kLoMul * byte_of(sc, (2 * i) % 4);
           sc_hi[h] = byte_of(sc, (2 * i + 1) % 4);
         }
 #pragma unroll
@@ -257,6 +272,7 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
         }
 #pragma unroll
         for (int k = 0; k < 4; ++k) q[k] = q_next[k];
+        f = f_next;
       }
     }
 
@@ -288,7 +304,8 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const float msum = msum_float(lo[j], hi[j]);
-          const float t = q4k_sb_term(j % 2 ? dx.y : dx.x, d[mt][j / 2], dmin[mt][j / 2], isum[mt][nt][j], msum);
+          const float t =
+              q4k_sb_term<kLoMul>(j % 2 ? dx.y : dx.x, d[mt][j / 2], dmin[mt][j / 2], isum[mt][nt][j], msum);
           float& r = run[mt][nt][j];
           if constexpr (kMulti) {
             r = __fadd_rn(r, t);
@@ -323,13 +340,13 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
     }
 }
 
-template <int MT, int NT, int WM, int WN, bool kMulti, bool kTiles>
+template <int MT, int NT, int WM, int WN, bool kMulti, bool kTiles, bool kQ5k>
 void gemm_launch(const Segments& segs, int n_sb, int per_slot, const int8_t* xq, const float* xd, const uint2* xm,
                  int n_in, int rows, int rows_pad, cudaStream_t s) {
   constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN;
-  constexpr auto kernel = imma_gemm_kernel<MT, NT, WM, WN, kMulti, kTiles>;
+  constexpr auto kernel = imma_gemm_kernel<MT, NT, WM, WN, kMulti, kTiles, kQ5k>;
   constexpr size_t smem =
-      kStages * size_t(Stage<BM, BN, kTiles>::kBytes) + (kMulti ? size_t(BM) * BN * sizeof(float) : 0);
+      kStages * size_t(Stage<BM, BN, kTiles, kQ5k>::kBytes) + (kMulti ? size_t(BM) * BN * sizeof(float) : 0);
   // Above the default 48 KiB of dynamic shared memory; all of the unified L1 as shared memory, so
   // that two 128 x 64 blocks fit an SM.
   // A refusal shows as the launch error, which the caller checks.
@@ -342,14 +359,15 @@ void gemm_launch(const Segments& segs, int n_sb, int per_slot, const int8_t* xq,
 template <int MT, int NT, int WM, int WN>
 void gemm_launch(const Segments& segs, int n_sb, const Slots& slots, const int8_t* xq, const float* xd,
                  const uint2* xm, int n_in, int rows, int rows_pad, cudaStream_t s) {
-  auto go = [&](auto multi, auto tiles) {
-    gemm_launch<MT, NT, WM, WN, decltype(multi)::value, decltype(tiles)::value>(segs, n_sb, slots.per_slot, xq, xd, xm,
-                                                                               n_in, rows, rows_pad, s);
+  auto go = [&](auto multi, auto tiles, auto q5k) {
+    gemm_launch<MT, NT, WM, WN, decltype(multi)::value, decltype(tiles)::value, decltype(q5k)::value>(
+        segs, n_sb, slots.per_slot, xq, xd, xm, n_in, rows, rows_pad, s);
   };
   using T = std::true_type;
   using F = std::false_type;
-  if (slots.per_slot > 1) segs.q4k_tiles ? go(T{}, T{}) : go(T{}, F{});
-  else segs.q4k_tiles ? go(F{}, T{}) : go(F{}, F{});
+  if (segs.q5k_tiles) slots.per_slot > 1 ? go(T{}, T{}, T{}) : go(F{}, T{}, T{});
+  else if (slots.per_slot > 1) segs.q4k_tiles ? go(T{}, T{}, F{}) : go(T{}, F{}, F{});
+  else segs.q4k_tiles ? go(F{}, T{}, F{}) : go(F{}, F{}, F{});
 }
 
 }  // namespace

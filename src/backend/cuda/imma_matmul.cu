@@ -1,7 +1,8 @@
 // The integer tensor-core matmul for Q4_K weights: y[r][o] = sum_k W[o][k] x[r][k], every row
 // count, with the activations in the CPU's Q8_K format (8-bit, one scale per 256). Calls of
 // more than kImmaGemmMinRows rows go to the tiled prefill kernel (imma_gemm.cu), which gives each
-// row the same bits as this one. imma_matmul_group sends Q6_K weights to imma_q6k.cu.
+// row the same bits as this one. imma_matmul_group sends Q6_K weights to imma_q6k.cu. Q5_K
+// weights in their tile layout take the same kernels (the kQ5k variants; see the kernel).
 //
 // Why. A decode step is bound by how fast the weights stream in, and the f16 tensor-core kernel
 // (mma_matmul.cu) spends ~3 instructions per weight element turning nibbles into f16, so it
@@ -58,12 +59,19 @@ constexpr int blocks_per_sm(int nt) { return nt == 1 ? 3 : 2; }
 // kTiles: the weight in the tile layout (q4k_tiles.h: a 16-row tile's super-block as 2304
 // consecutive bytes, each lane's quants in four 16-byte words), read with 6 coalesced loads a
 // super-block instead of 2 header and 8 quant loads spread over 16 rows; same values, same bits.
-template <int MT, int NT, int kMaxWarps, bool kOneRow, bool kTiles = false>
+// kQ5k (with kTiles): a Q5_K weight in its tile layout (q5k_tiles.h: 2816 bytes a tile's
+// super-block, Q4_K's plus four 128-byte words of the high values' low bits): the low operand is
+// the 5-bit value (one AND), the high one 8 x the value (q5k_high_operand), so the low scales
+// are taken 8 times, not 16, and the float part divides by 8.
+template <int MT, int NT, int kMaxWarps, bool kOneRow, bool kTiles = false, bool kQ5k = false>
 __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
     imma_q4k_kernel(const Segments segs, int n_sb, Slots slots, const int8_t* __restrict__ xq,
                     const float* __restrict__ xd, const uint2* __restrict__ xm, int n_in, int rows_pad, int rows) {
+  static_assert(!kQ5k || kTiles, "Q5_K is read as tiles only");
   pdl_trigger();  // first: the next kernel may be scheduled while this one waits (see common.cuh)
   constexpr int kRegs = MT * NT * 4;
+  constexpr int kLoMul = kQ5k ? 8 : 16;  // the high operand's multiple of the value it stands for
+  constexpr uint32_t kTileBytes = kQ5k ? kQ5kTileBytes : kQ4kTileBytes;
   extern __shared__ float part_smem[];  // [slot][kRegs][kWarp]
   auto part = [&](int slot, int reg, int l) -> float& { return part_smem[(slot * kRegs + reg) * kWarp + l]; };
 
@@ -84,24 +92,29 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
   // Super-block 0 of weight rows g, g + 8 of each m-tile: the header, and this lane's 8 bytes of
   // the first sub-block pair; super-block sb is sb * kQ4kBytes further.
   // Tile layout: wh[mt][h] the header of row g + 8h in super-block 0 of m-tile mt's tile,
-  // wq[mt][0] the lane's first quant word (the tile's rows are padded: no clamp).
+  // wq[mt][0] the lane's first quant word (the tile's rows are padded: no clamp); Q5_K: wf[mt]
+  // the lane's first word of high bits.
   const uint8_t* wh[MT][2];
   const uint8_t* wq[MT][2];
+  const uint8_t* wf[MT];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // tails: computed from the last row, not stored
       if constexpr (kTiles) {
-        const uint8_t* const tile = w + size_t(o0 / 16 + mt) * size_t(n_sb) * kQ4kTileBytes;
+        const uint8_t* const tile = w + size_t(o0 / 16 + mt) * size_t(n_sb) * kTileBytes;
         wh[mt][h] = opaque(tile + kQ4kTileHeaders + 16 * (g + 8 * h));
         wq[mt][h] = opaque(tile + 16 * lane);
+        if constexpr (kQ5k) {
+          if (h == 0) wf[mt] = opaque(tile + kQ5kTileHighBits + 4 * lane);
+        }
       } else {
         const uint8_t* const row = w + size_t(min(o0 + mt * 16 + g + 8 * h, n_out - 1)) * row_bytes;
         wh[mt][h] = opaque(row);
         wq[mt][h] = opaque(row + 16 + 8 * c);
       }
     }
-  constexpr uint32_t kSbBytes = kTiles ? kQ4kTileBytes : kQ4kBytes;  // one super-block further
+  constexpr uint32_t kSbBytes = kTiles ? kTileBytes : kQ4kBytes;  // one super-block further
   pdl_wait();
   // Lanes of padding rows read row r0's activations (the same sectors as a live lane: no extra
   // traffic). That puts another row's sums into their mma columns, which no stored output reads
@@ -139,6 +152,11 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         hp[mt][h] = wide_madd(wh[mt][h], sbu, kSbBytes), qp[mt][h] = wide_madd(wq[mt][h], sbu, kSbBytes);
+    const uint8_t* fp[MT];
+    if constexpr (kQ5k) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) fp[mt] = wide_madd(wf[mt], sbu, kSbBytes);
+    }
     const int8_t* xp[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) xp[nt] = wide_madd(xr[nt], sbu, kSb);
@@ -154,6 +172,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
 #pragma unroll
       for (int h = 0; h < 2; ++h) hw[mt][h] = __ldg(reinterpret_cast<const uint4*>(hp[mt][h]));
     uint2 qw[4][MT][2];
+    uint32_t fw[4][MT];  // Q5_K: the pair's high bits
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -161,6 +180,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
         if constexpr (kTiles) {  // rows g and g + 8 in one word
           const uint4 v = __ldg(reinterpret_cast<const uint4*>(qp[mt][0] + kQ4kTileQuantStride * i));
           qw[i][mt][0] = make_uint2(v.x, v.y), qw[i][mt][1] = make_uint2(v.z, v.w);
+          if constexpr (kQ5k)
+            fw[i][mt] = __ldg(reinterpret_cast<const uint32_t*>(fp[mt] + 128 * i));
         } else {
 #pragma unroll
           for (int h = 0; h < 2; ++h) qw[i][mt][h] = __ldg(reinterpret_cast<const uint2*>(qp[mt][h] + 32 * i));
@@ -190,10 +211,11 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
     };
     if constexpr (NT == 1) load_float_part(0);
 
-    // isum = 16 * sum_j sc_j * dot_j over the super-block's sub-blocks (exact; the high
-    // nibbles enter as 16 q). For one n-tile the low sub-blocks' products are summed apart
-    // (s_lo) and taken 16 times at the end, a shift per output instead of one per scale; wider
-    // calls lack the registers and scale the low scales instead (s_lo stays zero).
+    // isum = kLoMul * sum_j sc_j * dot_j over the super-block's sub-blocks (exact; the high
+    // values enter as kLoMul q: Q4_K's nibbles in place, 16 q; Q5_K's 8 q). For one n-tile the
+    // low sub-blocks' products are summed apart (s_lo) and taken kLoMul times at the end, a
+    // shift per output instead of one per scale; wider calls lack the registers and scale the low
+    // scales instead (s_lo stays zero).
     constexpr bool kSplit = NT == 1;
     int s_lo[MT][NT][4] = {}, s_hi[MT][NT][4] = {};
 #pragma unroll
@@ -203,14 +225,25 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const uint2(&q)[2] = qw[i][mt];
-        const uint32_t a_lo[4] = {q[0].x & 0x0F0F0F0Fu, q[1].x & 0x0F0F0F0Fu, q[0].y & 0x0F0F0F0Fu, q[1].y & 0x0F0F0F0Fu};
-        const uint32_t a_hi[4] = {q[0].x & 0xF0F0F0F0u, q[1].x & 0xF0F0F0F0u, q[0].y & 0xF0F0F0F0u, q[1].y & 0xF0F0F0F0u};
+        uint32_t a_lo[4], a_hi[4];
+        if constexpr (kQ5k) {  // word w of the lane's 16 bytes: q[w / 2] .x / .y
+          const uint32_t f = fw[i][mt];
+          a_lo[0] = q5k_low_operand(q[0].x), a_lo[1] = q5k_low_operand(q[1].x);
+          a_lo[2] = q5k_low_operand(q[0].y), a_lo[3] = q5k_low_operand(q[1].y);
+          a_hi[0] = q5k_high_operand<0>(q[0].x, f), a_hi[1] = q5k_high_operand<2>(q[1].x, f);
+          a_hi[2] = q5k_high_operand<1>(q[0].y, f), a_hi[3] = q5k_high_operand<3>(q[1].y, f);
+        } else {
+          a_lo[0] = q[0].x & 0x0F0F0F0Fu, a_lo[1] = q[1].x & 0x0F0F0F0Fu, a_lo[2] = q[0].y & 0x0F0F0F0Fu,
+          a_lo[3] = q[1].y & 0x0F0F0F0Fu;
+          a_hi[0] = q[0].x & 0xF0F0F0F0u, a_hi[1] = q[1].x & 0xF0F0F0F0u, a_hi[2] = q[0].y & 0xF0F0F0F0u,
+          a_hi[3] = q[1].y & 0xF0F0F0F0u;
+        }
         int sc_lo[2], sc_hi[2];  // rows g, g + 8: the scales of sub-blocks 2i, 2i + 1 (k4_scale_min)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const uint4& hh = hw[mt][h];
           const uint32_t sc = i < 2 ? hh.y & 0x3F3F3F3Fu : (hh.w & 0x0F0F0F0Fu) | ((hh.y >> 2) & 0x30303030u);
-          sc_lo[h] = int(__byte_perm(sc, 0u, 0x4440u | uint32_t((2 * i) % 4))) * (kSplit ? 1 : 16);  // PRMT
+          sc_lo[h] = int(__byte_perm(sc, 0u, 0x4440u | uint32_t((2 * i) % 4))) * (kSplit ? 1 : kLoMul);  // PRMT
           sc_hi[h] = int(__byte_perm(sc, 0u, 0x4440u | uint32_t((2 * i + 1) % 4)));
         }
 #pragma unroll
@@ -253,9 +286,9 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           if (kOneRow && j % 2 == 1) continue;
-          const int isum = 16 * s_lo[mt][nt][j] + s_hi[mt][nt][j];
-          const float t = q4k_sb_term(j % 2 ? dx[nt].y : dx[nt].x, d[mt][j / 2], dmin[mt][j / 2], isum,
-                                      msum_float(lo[j], hi[j]));
+          const int isum = kLoMul * s_lo[mt][nt][j] + s_hi[mt][nt][j];
+          const float t = q4k_sb_term<kLoMul>(j % 2 ? dx[nt].y : dx[nt].x, d[mt][j / 2], dmin[mt][j / 2], isum,
+                                              msum_float(lo[j], hi[j]));
           acc[mt][nt][j] = __fadd_rn(acc[mt][nt][j], t);
         }
       }
@@ -287,7 +320,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
 // Eight warps a block, each taking slots w, w + 8, ...: on the H200 this streamed the decode
 // product faster (1.33 TB/s) than a warp per slot (1.20 TB/s, all blocks in one wave waiting on
 // memory together, then computing together).
-template <int NT, bool kOneRow = false, bool kTiles = false>
+template <int NT, bool kOneRow = false, bool kTiles = false, bool kQ5k = false>
 void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
                  int rows_pad, cudaStream_t s) {
   constexpr int MT = 1;
@@ -298,7 +331,7 @@ void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const flo
   const size_t smem = size_t(slots.count) * MT * NT * 4 * kWarp * sizeof(float);
   // Up to 64 KiB of dynamic shared memory (kMaxSlots x 16 x 32 floats); a refusal shows as the
   // launch error, which the caller checks.
-  constexpr auto kernel = imma_q4k_kernel<MT, NT, kMaxWarps, kOneRow, kTiles>;
+  constexpr auto kernel = imma_q4k_kernel<MT, NT, kMaxWarps, kOneRow, kTiles, kQ5k>;
   (void)raise_smem_limit<kernel>(kMaxSlots * MT * NT * 4 * kWarp * int(sizeof(float)));
   const unsigned groups = ceil_div(rows, kRowsPerGroup);
   launch(kernel, dim3(groups, unsigned(segs.first_block[segs.n])), warps * kWarp, smem, s,
@@ -307,7 +340,11 @@ void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const flo
 
 }  // namespace
 
-bool imma_supports(const Weight& w) { return mv::int8_tensor_core_supports(w.type, w.n_in, w.row_bytes, w.data); }
+// Q5_K only as tiles (CudaBackend::upload_matrix makes them; the GGUF rows stay on mma_matmul.cu).
+bool imma_supports(const Weight& w) {
+  return mv::int8_tensor_core_supports(w.type, w.n_in, w.row_bytes, w.data) &&
+         (w.type != GgmlType::Q5_K || w.q5k_tiles);
+}
 
 size_t imma_scratch_bytes(const Weight& w, int rows) { return q8k_layout(w.n_in, (rows + 7) / 8 * 8).bytes; }
 
@@ -332,14 +369,17 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
            xm);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
     if (rows > kImmaGemmMinRows) return imma_gemm(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    auto decode = [&](auto tiles) {
-      constexpr bool kTiles = decltype(tiles)::value;
-      if (rows == 1) imma_launch<1, true, kTiles>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-      else if (rows <= 8) imma_launch<1, false, kTiles>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-      else if (rows <= 16) imma_launch<2, false, kTiles>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-      else imma_launch<4, false, kTiles>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    auto decode = [&](auto tiles, auto q5k) {
+      constexpr bool kTiles = decltype(tiles)::value, kQ5k = decltype(q5k)::value;
+      if (rows == 1) imma_launch<1, true, kTiles, kQ5k>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+      else if (rows <= 8) imma_launch<1, false, kTiles, kQ5k>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+      else if (rows <= 16) imma_launch<2, false, kTiles, kQ5k>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+      else imma_launch<4, false, kTiles, kQ5k>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
     };
-    segs.q4k_tiles ? decode(std::true_type{}) : decode(std::false_type{});
+    using T = std::true_type;
+    using F = std::false_type;
+    if (segs.q5k_tiles) decode(T{}, T{});
+    else segs.q4k_tiles ? decode(T{}, F{}) : decode(F{}, F{});
   });
 }
 

@@ -495,19 +495,24 @@ inline bool tensor_core_supports(GgmlType t, int64_t n_in, size_t row_bytes, con
          unit_supports(t, n_in, row_bytes, data);
 }
 
-// The types the integer tensor-core matmuls take, ahead of the f16 one: Q4_K (imma_matmul.cu)
-// and Q6_K (imma_q6k.cu), multiplied with activations in the CPU's Q8_K format (whole
-// 256-element super-blocks).
-inline bool int8_tensor_core_type(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
+// The types the integer tensor-core matmuls take, ahead of the f16 one: Q4_K and Q5_K
+// (imma_matmul.cu) and Q6_K (imma_q6k.cu), multiplied with activations in the CPU's Q8_K format
+// (whole 256-element super-blocks).
+inline bool int8_tensor_core_type(GgmlType t) {
+  return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+}
 
-// Q4_K: 16-byte loads of 144-byte blocks. Q6_K: 4-byte loads of 210-byte blocks, which needs
-// rows that start 4-byte aligned, so an even number of blocks a row (the odd blocks then start
-// at 2 mod 4, which the kernel's lanes and the activation layout follow).
+// Q4_K: 16-byte loads of 144-byte blocks. Q5_K: its tile layout only (quant/q5k_tiles.h, which
+// CudaBackend::upload_matrix makes of 176-byte blocks; imma_supports checks the layout). Q6_K:
+// 4-byte loads of 210-byte blocks, which needs rows that start 4-byte aligned, so an even number
+// of blocks a row (the odd blocks then start at 2 mod 4, which the kernel's lanes and the
+// activation layout follow).
 inline bool int8_tensor_core_supports(GgmlType t, int64_t n_in, size_t row_bytes, const void* data) {
   if (n_in <= 0 || n_in > (int64_t(1) << 24)) return false;
   const uintptr_t base = reinterpret_cast<uintptr_t>(data);
   switch (t) {
-    case GgmlType::Q4_K: return n_in % 256 == 0 && row_bytes % 16 == 0 && base % 16 == 0;
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K: return n_in % 256 == 0 && row_bytes % 16 == 0 && base % 16 == 0;
     case GgmlType::Q6_K: return n_in % 512 == 0 && row_bytes % 4 == 0 && base % 4 == 0;
     default: return false;
   }
