@@ -22,6 +22,9 @@ struct Weight {
   // data holds the Q4_K tile layout (quant/q4k_tiles.h), not GGUF rows: Backend::upload_matrix
   // of a backend whose products read it faster (CUDA); only those products read such weights.
   bool q4k_tiles = false;
+  // data holds the IQ4_XS tile layout (quant/iq4xs_tiles.h), the same way (CUDA's integer
+  // kernels read IQ4_XS only so).
+  bool iq4xs_tiles = false;
   explicit operator bool() const { return data != nullptr; }
 };
 

@@ -12,6 +12,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "quant/iq4xs_tiles.h"
 #include "quant/q4k_tiles.h"
 
 namespace df::cuda {
@@ -293,14 +294,15 @@ inline Slots slots_of(int n_sb) {
 // Calls launch(segments) for weights ws[0..n) (same n_in) into ys: one launch while the
 // segments fit a grid's 65535 blocks of 16 outputs, else one per slice (for_output_slices).
 // No allocation: this runs for every product of a step. The weights share one layout (GGUF
-// rows or Q4_K tiles; callers group them so).
+// rows, Q4_K tiles or IQ4_XS tiles; callers group them so).
 template <class F>
 void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launch) {
   Segments cur{};
   cur.q4k_tiles = n > 0 && ws[0]->q4k_tiles;
   for (int i = 0; i < n; ++i) {
     const Weight& w = *ws[i];
-    if (w.q4k_tiles != cur.q4k_tiles) throw std::invalid_argument("imma products of weights in two layouts");
+    if (w.q4k_tiles != cur.q4k_tiles || w.iq4xs_tiles != ws[0]->iq4xs_tiles)
+      throw std::invalid_argument("imma products of weights in two layouts");
     for_output_slices(w.n_out, 16, [&](int64_t o, int64_t cnt, unsigned blocks) {
       if (cur.n == kMaxSegments || int64_t(cur.first_block[cur.n]) + blocks > 65535) {
         launch(cur);
@@ -310,8 +312,9 @@ void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launc
       }
       const int k = cur.n++;
       // A slice starts at output o, a multiple of 16: tile o / 16 of a tiled weight.
+      const size_t tile_bytes = w.q4k_tiles ? kQ4kTileBytes : w.iq4xs_tiles ? kIq4xsTileBytes : 0;
       cur.w[k] = static_cast<const uint8_t*>(w.data) +
-                 (w.q4k_tiles ? size_t(o / kQ4kTileRows) * size_t(w.n_in / kSb) * kQ4kTileBytes : size_t(o) * w.row_bytes);
+                 (tile_bytes != 0 ? size_t(o / 16) * size_t(w.n_in / kSb) * tile_bytes : size_t(o) * w.row_bytes);
       cur.row_bytes[k] = w.row_bytes;
       cur.n_out[k] = cnt;
       cur.y[k] = ys[i] + o;
