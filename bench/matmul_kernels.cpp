@@ -1,7 +1,8 @@
 // Each CUDA matmul kernel on the weight shapes of a 27B-shaped decode, verify and prefill step,
 // timed alone: the integer tensor-core kernels (imma_matmul.cu for Q4_K, which sends calls of
 // more than 32 rows to the prefill GEMM, imma_gemm.cu, that GEMM also alone, without the
-// activation quantization; imma_q6k.cu for Q6_K, every row count), the f16 tensor-core one
+// activation quantization; imma_q6k.cu for Q6_K, every row count; imma_iq4xs.cu and
+// imma_iq4xs_gemm.cu for IQ4_XS, on its tile layout alone), the f16 tensor-core one
 // (mma_matmul.cu) and the fp32 CUDA-core one (matvec.cu), wherever each takes the weight (so
 // Q4_K and Q6_K show the f16 kernel they replace too). Prints microseconds, weight bytes per second against the
 // device's copy bandwidth (the decode measure) and TFLOPS-equivalent, 2 n_in n_out rows / time
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels.h"
+#include "quant/iq4xs_tiles.h"
 #include "quant/q4k_tiles.h"
 #include "quant/q5k_tiles.h"
 #include "quant/quantize.h"
@@ -159,17 +161,24 @@ int main(int argc, char** argv) {
       check(cudaMalloc(reinterpret_cast<void**>(&y), size_t(max_rows) * size_t(sh.n_out) * sizeof(float)), "cudaMalloc (y)");
       check(cudaMemcpy(x, xh.data(), xh.size() * sizeof(float), cudaMemcpyHostToDevice), "upload x");
       Weight w0{t, sh.n_in, sh.n_out, dev, row_bytes};
-      // Q4_K and Q5_K: the same copies in the tile layout (quant/q4k_tiles.h, quant/q5k_tiles.h),
-      // for the integer kernels' tile variants.
-      const bool q5k = t == GgmlType::Q5_K;
-      Weight as_tiles = w0;  // (imma_supports: whether the tile kernels take it)
-      as_tiles.q5k_tiles = q5k;
+      // Q4_K, Q5_K, IQ4_XS: the same copies in the tile layout (quant/q4k_tiles.h, q5k_tiles.h,
+      // iq4xs_tiles.h), as CudaBackend::upload_matrix stores them (Q5_K's and IQ4_XS's integer
+      // kernels read only those).
+      const bool q5k = t == GgmlType::Q5_K, iq4 = t == GgmlType::IQ4_XS;
+      const bool tiles_only = q5k || iq4;  // no GGUF-row integer kernel to compare with
+      Weight tile_probe = w0;  // (imma_supports: whether the tile kernels take it)
+      tile_probe.q5k_tiles = q5k;
+      tile_probe.iq4xs_tiles = iq4;
       uint8_t* tiles_dev = nullptr;
       size_t tiles_stride = 0;
-      if ((t == GgmlType::Q4_K || q5k) && df::cuda::imma_supports(as_tiles)) {
+      if ((t == GgmlType::Q4_K || tiles_only) && df::cuda::imma_supports(tile_probe)) {
         const int n_sb = int(sh.n_in / 256);
-        std::vector<uint8_t> tiles(q5k ? df::q5k_tiles_bytes(sh.n_out, n_sb) : df::q4k_tiles_bytes(sh.n_out, n_sb));
-        (q5k ? df::q5k_to_tiles : df::q4k_to_tiles)(host.data(), sh.n_out, n_sb, tiles.data());
+        std::vector<uint8_t> tiles(q5k   ? df::q5k_tiles_bytes(sh.n_out, n_sb)
+                                   : iq4 ? df::iq4xs_tiles_bytes(sh.n_out, n_sb)
+                                         : df::q4k_tiles_bytes(sh.n_out, n_sb));
+        if (q5k) df::q5k_to_tiles(host.data(), sh.n_out, n_sb, tiles.data());
+        else if (iq4) df::iq4xs_to_tiles(host.data(), sh.n_out, n_sb, tiles.data());
+        else df::q4k_to_tiles(host.data(), sh.n_out, n_sb, tiles.data());
         tiles_stride = (tiles.size() + 255) / 256 * 256;
         check(cudaMalloc(reinterpret_cast<void**>(&tiles_dev), tiles_stride * size_t(copies)), "cudaMalloc (tiles)");
         for (int c = 0; c < copies; ++c)
@@ -179,12 +188,14 @@ int main(int argc, char** argv) {
       // The tile copy holding the same weight as GGUF copy w (as CudaBackend::upload_matrix stores it).
       auto tiles_of = [&](const Weight& w) {
         const size_t copy = size_t(static_cast<const uint8_t*>(w.data) - dev) / stride;
-        return Weight{t, sh.n_in, sh.n_out, tiles_dev + tiles_stride * copy, row_bytes, /*q4k_tiles=*/!q5k,
-                      /*q5k_tiles=*/q5k};
+        Weight tw{t, sh.n_in, sh.n_out, tiles_dev + tiles_stride * copy, row_bytes, /*q4k_tiles=*/!tiles_only};
+        tw.q5k_tiles = q5k;
+        tw.iq4xs_tiles = iq4;
+        return tw;
       };
-      // The layout the GEMM-alone lines read: Q5_K's tiles (its only one), else the GGUF rows.
-      auto gemm_weight = [&](const Weight& w) { return q5k ? tiles_of(w) : w; };
-      const bool gemm_alone = (t == GgmlType::Q4_K && df::cuda::imma_supports(w0)) || (q5k && tiles_dev != nullptr);
+      // What the GEMM-alone lines multiply: Q4_K's GGUF rows, Q5_K's and IQ4_XS's tiles.
+      const bool gemm_alone = (t == GgmlType::Q4_K && df::cuda::imma_supports(w0)) || (tiles_only && tiles_dev != nullptr);
+      auto gemm_weight = [&](const Weight& w) { return tiles_only ? tiles_of(w) : w; };
       auto imma = [&](const Weight& w, int rows) {
         const Weight* ws[1] = {&w};
         float* ys[1] = {y};
@@ -228,7 +239,9 @@ int main(int argc, char** argv) {
           gemm_shape("imma GEMM 128x64, 4 warps", df::cuda::ImmaGemmShape::k128x64Warps4),
           gemm_shape("imma GEMM 128x128, 8 warps", df::cuda::ImmaGemmShape::k128x128Warps8),
           gemm_shape("imma GEMM 128x128, 16 warps", df::cuda::ImmaGemmShape::k128x128Warps16),
-          {q5k ? "imma, tile layout (quant/q5k_tiles.h)" : "imma, tile layout (quant/q4k_tiles.h)",
+          {q5k   ? "imma, tile layout (quant/q5k_tiles.h)"
+           : iq4 ? "imma, tile layout (quant/iq4xs_tiles.h)"
+                 : "imma, tile layout (quant/q4k_tiles.h)",
            tiles_dev != nullptr, 1, max_rows, nullptr, [&](const Weight& w, int rows) { imma(tiles_of(w), rows); }},
           probe("probe: reads only, GGUF rows, 1 super-block in flight", false, 1),
           probe("probe: reads only, GGUF rows, 3 in flight", false, 3),
@@ -238,7 +251,7 @@ int main(int argc, char** argv) {
            [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
           {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, kMvMaxRows, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mv_matmul(w, x, rows, y, s); }}};
-      if (tiles_dev != nullptr && !q5k) {  // the tile kernel gives the GGUF kernel's bits (Q5_K has no GGUF one)
+      if (tiles_dev != nullptr && !tiles_only) {  // the tile kernel gives the GGUF kernel's bits (Q5_K, IQ4_XS: tiles only)
         std::string verdict = "equal";
         for (int rows : {1, 2, 8, 9, 16, 32, 33, 512}) {
           const size_t n = size_t(rows) * size_t(sh.n_out);

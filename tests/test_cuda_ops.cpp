@@ -31,8 +31,9 @@
 //                  (0.5/127 + 2^-11) for Q8 formats (half a step, plus the f16 scale), and
 //                  |x_k| 2^-11 + 2^-25 (f16) or |x_k| 2^-8 (bf16); for Q4_1/Q5_1 also the f16
 //                  rounding of the block sum s that multiplies the min. Bounds, not statistics.
-//                  The integer tensor-core kernels (imma_matmul.cu, imma_gemm.cu, imma_q6k.cu:
-//                  Q4_K, and Q6_K rows of an even block count) use the CPU's Q8_K activations:
+//                  The integer tensor-core kernels (imma_matmul.cu, imma_gemm.cu, imma_q6k.cu,
+//                  imma_iq4xs.cu: Q4_K, Q6_K rows of an even block count, and IQ4_XS, which
+//                  they take as tiles: product_weight) use the CPU's Q8_K activations:
 //                  vs the CPU, the float summation order alone (see AgainstExactAndCpu).
 //   attention      fp32 softmax and dot products in another order: 2e-5 of max|V| + 2e-5 rel
 //                  (q8_0 too: both sides dequantize the same bytes exactly, q * d in fp32).
@@ -69,6 +70,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -500,12 +502,13 @@ HostWeight make_weight(GgmlType t, int64_t n_in, int64_t n_out, uint64_t seed) {
   return hw;
 }
 
-// A test weight's copy for the products: Q5_K as the models bind it (upload_matrix: its tile
-// layout, the only one its integer kernels read); other types as GGUF rows (Q4_K's tiles have
-// tests of their own, Q4kTiledWeightsEqualRows). On the CPU backend both are the rows.
+// A test weight's copy for the products: Q5_K and IQ4_XS as the models bind them (upload_matrix:
+// their tile layouts on CUDA, the only ones their integer kernels read; the CPU keeps the rows);
+// other types as GGUF rows (weight_data), so that Q4_K's GGUF-row kernels stay covered here (its
+// tiles have tests of their own, Q4kTiledWeightsEqualRows).
 Weight product_weight(Backend& b, const HostWeight& hw) {
   const Weight host{hw.type, hw.n_in, hw.n_out, hw.bytes.data(), hw.row_bytes};
-  if (hw.type == GgmlType::Q5_K) return b.upload_matrix(host);
+  if (hw.type == GgmlType::Q5_K || hw.type == GgmlType::IQ4_XS) return b.upload_matrix(host);
   return Weight{hw.type, hw.n_in, hw.n_out, b.weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
 }
 
@@ -582,7 +585,8 @@ TEST_P(CudaMatmul, AgainstExactAndCpu) {
   // super-blocks, two per slot (the kernel's other variant). Q5_K (tiles, product_weight): the
   // same kernels' kQ5k variants at every row count. Q6_K: its own prefill GEMM
   // (imma_q6k_gemm.cu) where the block count is even (256, 2304, 8448: odd, the f16 kernel);
-  // 9216: 36 super-blocks, two per slot, for both types' GEMMs.
+  // 9216: 36 super-blocks, two per slot, for both types' GEMMs. IQ4_XS (tiles): its decode
+  // kernel (imma_iq4xs.cu) up to 32 rows, its GEMM (imma_iq4xs_gemm.cu) above, every case.
   if (mv::int8_tensor_core_type(t))
     cases.insert(cases.end(), {{256, 37, 33}, {1024, 300, 64}, {6144, 37, 100}, {2304, 129, 257}, {512, 300, 512},
                                {8448, 37, 70}, {9216, 45, 100}});
@@ -594,6 +598,7 @@ TEST_P(CudaMatmul, AgainstExactAndCpu) {
     const std::vector<double> e = activation_rounding(t, x, c.rows, c.n_in);
     Weight w[2];
     for (int s = 0; s < 2; ++s) w[s] = product_weight(*be_[s], hw);
+    if (t == GgmlType::IQ4_XS) ASSERT_TRUE(w[1].iq4xs_tiles && cuda::imma_supports(w[1])) << "not on the integer kernels";
     Twin<float> xd(be(), x), yd(be(), std::vector<float>(size_t(c.rows) * c.n_out, kPoison));
     both([&](Backend& b, int s) { b.matmul(w[s], xd[s], c.rows, yd[s]); });
     const auto cpu = yd.get(0), gpu = yd.get(1);
@@ -655,8 +660,8 @@ TEST_P(CudaMatmul, EmbedIsExact) {
 
 // A row's product must not depend on the other rows of the call (the model's batch-invariance
 // test relies on it): each row of a 40-row product, computed within calls of 1, 2, 3, 5, 8, 16,
-// 17, 33 and 40 rows (every kernel shape and row-group split; for Q4_K and Q6_K, 33 and 40 rows
-// take the prefill GEMMs and the rest the decode kernels), is bit-identical.
+// 17, 33 and 40 rows (every kernel shape and row-group split; for Q4_K, Q6_K and IQ4_XS, 33 and
+// 40 rows take the prefill GEMMs and the rest the decode kernels), is bit-identical.
 TEST_P(CudaMatmul, RowsAreBatchInvariant) {
   const GgmlType t = GetParam();
   const bool fl = type_traits(t).block_size == 1;
@@ -693,10 +698,10 @@ TEST_P(CudaMatmul, RowsAreBatchInvariant) {
 }
 
 // Projections that share an input (matmul_shared_input: one quantization of x and shared
-// launches for each group of Q4_K, Q5_K (tiles) or Q6_K ones of one n_in) give each output bit
-// for bit what its own matmul gives, with the three types, other n_in and a weight off the
-// integer kernels (Q6_K with an odd block count) mixed in, more weights than one launch takes,
-// and row counts of every kernel shape.
+// launches for each group of Q4_K, Q5_K (tiles), Q6_K or IQ4_XS (tiles) ones of one n_in) give
+// each output bit for bit what its own matmul gives, with the four types, other n_in and a weight
+// off the integer kernels (Q6_K with an odd block count) mixed in, more weights than one launch
+// takes, and row counts of every kernel shape.
 TEST_F(CudaOps, SharedInputMatmulEqualsSeparateProducts) {
   struct Spec {
     GgmlType t;
@@ -707,14 +712,16 @@ TEST_F(CudaOps, SharedInputMatmulEqualsSeparateProducts) {
                                    {GgmlType::Q4_K, 1024, 3},  {GgmlType::Q6_K, 2048, 9},  {GgmlType::Q4_K, 1024, 7},
                                    {GgmlType::Q6_K, 768, 10},  {GgmlType::Q6_K, 1024, 5},  {GgmlType::Q5_K, 1024, 33},
                                    {GgmlType::Q5_K, 2048, 17}, {GgmlType::Q5_K, 1024, 20}, {GgmlType::Q5_K, 1024, 9},
-                                   {GgmlType::Q5_K, 1024, 16}, {GgmlType::Q5_K, 1024, 40}, {GgmlType::Q5_K, 1024, 3}};
+                                   {GgmlType::Q5_K, 1024, 16}, {GgmlType::Q5_K, 1024, 40}, {GgmlType::Q5_K, 1024, 3},
+                                   {GgmlType::IQ4_XS, 1024, 45}, {GgmlType::IQ4_XS, 2048, 20},
+                                   {GgmlType::IQ4_XS, 1024, 130}, {GgmlType::IQ4_XS, 1024, 3}};
   std::vector<HostWeight> hws;
   std::vector<Weight> ws;
   for (size_t i = 0; i < specs.size(); ++i) {
     hws.push_back(make_weight(specs[i].t, specs[i].n_in, specs[i].n_out, 5150 + i));
     ws.push_back(product_weight(gpu(), hws.back()));
   }
-  for (int rows : {1, 3, 5, 9, 16, 17, 40, 100, 300}) {  // 40, 100, 300: the Q4_K and Q6_K prefill GEMMs
+  for (int rows : {1, 3, 5, 9, 16, 17, 40, 100, 300}) {  // 40, 100, 300: the prefill GEMMs
     const std::vector<float> x = make_activations(rows, 2048, 77 + uint64_t(rows));
     float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
     gpu().upload(xd, x.data(), x.size() * sizeof(float));
@@ -801,6 +808,15 @@ TEST_F(CudaOps, Q5kGemmRowsEqualDecodeRows) {
   for (const GemmCase& c : {GemmCase{5120, 300, 300}, GemmCase{8448, 37, 300}, GemmCase{17408, 130, 300},
                             GemmCase{1024, 12000, 600}, GemmCase{8448, 3000, 2500}})
     expect_gemm_rows_equal_decode_rows(gpu(), GgmlType::Q5_K, c, 7200 + uint64_t(c.n_in));
+}
+
+// The same for IQ4_XS tiles: its prefill GEMM (imma_iq4xs_gemm.cu) against its decode kernel
+// (imma_iq4xs.cu), the same shapes (block shapes, slots of one, two and three super-blocks, row
+// and output tails).
+TEST_F(CudaOps, Iq4xsGemmRowsEqualDecodeRows) {
+  for (const GemmCase& c : {GemmCase{5120, 300, 300}, GemmCase{8448, 37, 300}, GemmCase{17408, 130, 300},
+                            GemmCase{1024, 12000, 600}, GemmCase{8448, 3000, 2500}})
+    expect_gemm_rows_equal_decode_rows(gpu(), GgmlType::IQ4_XS, c, 7300 + uint64_t(c.n_in));
 }
 
 // Rows beyond f16's range (|x| >= 65504, as large models' SwiGLU outputs can be) on the f16
@@ -1296,10 +1312,15 @@ TEST_F(CudaOps, GdnDeltaRule) {
 
 // Which CUDA kernel takes this weight (device copies are 256-byte aligned, so the alignment
 // tests pass): the integer tensor-core one (imma_supports: the CPU's Q8_K activations) or the f16
-// tensor-core one (mma_supports: f16 weights and activations).
-bool cuda_uses_q8k(const Weight& w) { return mv::int8_tensor_core_supports(w.type, w.n_in, w.row_bytes, nullptr); }
-bool cuda_rounds_to_f16(const Weight& w) {
-  return !cuda_uses_q8k(w) && mv::tensor_core_supports(w.type, w.n_in, w.row_bytes, nullptr);
+// tensor-core one (mma_supports: f16 weights and activations). IQ4_XS takes the integer one only
+// as tiles, which CudaBackend::upload_matrix makes (as_matrix: the weight came through it; a tied
+// LM head is the embedding table, bound with weight_data, so its rows go to the f16 kernel).
+bool cuda_uses_q8k(const Weight& w, bool as_matrix) {
+  return mv::int8_tensor_core_supports(w.type, w.n_in, w.row_bytes, nullptr) &&
+         (w.type != GgmlType::IQ4_XS || as_matrix);
+}
+bool cuda_rounds_to_f16(const Weight& w, bool as_matrix) {
+  return !cuda_uses_q8k(w, as_matrix) && mv::tensor_core_supports(w.type, w.n_in, w.row_bytes, nullptr);
 }
 
 float round_f16(float v) { return f16_to_f32(f32_to_f16(v)); }
@@ -1327,18 +1348,24 @@ class DequantizedCpu final : public Backend {
   }
   void synchronize() override { cpu_->synchronize(); }
   const void* weight_data(const void* h, size_t b) override { return cpu_->weight_data(h, b); }
+  Weight upload_matrix(const Weight& host) override {
+    const Weight w = cpu_->upload_matrix(host);
+    matrices_.insert(w.data);
+    return w;
+  }
   void matmul(const Weight& w, const float* x, int rows, float* y) override {
-    if (cuda_uses_q8k(w)) return cpu_->matmul(w, x, rows, y);
+    const bool as_matrix = matrices_.count(w.data) != 0;
+    if (cuda_uses_q8k(w, as_matrix)) return cpu_->matmul(w, x, rows, y);
     auto& f = f32_[w.data];
     if (f.empty()) {
       f.resize(size_t(w.n_in * w.n_out));
       for (int64_t o = 0; o < w.n_out; ++o)
         dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + o * w.row_bytes, f.data() + o * w.n_in, w.n_in);
-      if (cuda_rounds_to_f16(w))
+      if (cuda_rounds_to_f16(w, as_matrix))
         for (float& v : f) v = round_f16(v);
     }
     const Weight wf{GgmlType::F32, w.n_in, w.n_out, f.data(), size_t(w.n_in) * 4};
-    if (!cuda_rounds_to_f16(w)) return cpu_->matmul(wf, x, rows, y);
+    if (!cuda_rounds_to_f16(w, as_matrix)) return cpu_->matmul(wf, x, rows, y);
     std::vector<float> xh(x, x + size_t(rows) * size_t(w.n_in));
     for (float& v : xh) v = round_f16(v);
     cpu_->matmul(wf, xh.data(), rows, y);
@@ -1399,6 +1426,7 @@ class DequantizedCpu final : public Backend {
  private:
   std::unique_ptr<Backend> cpu_;
   std::map<const void*, std::vector<float>> f32_;
+  std::set<const void*> matrices_;  // data of the weights bound through upload_matrix
 };
 
 using test::GreedyRun;
@@ -1754,10 +1782,12 @@ TEST(CudaGraphs, Q4kTilesGiveTheSameLogits) {
 // 40 decode steps from a 5-token prompt cross two KV blocks (16 tokens each), so the block
 // table grows twice (staged padded to 1, 2, then 4 blocks): the graph must follow, replaying
 // with new table contents within a bucket and re-capturing across, never replaying stale ones.
+// mix-iq4_xs: IQ4_XS tiles (the tapes carry the layout) among Q6_K, Q5_K and Q8_0 products.
 TEST(CudaGraphs, DecodeIsBitIdenticalToDirectLaunches) {
   if (!have_gpu()) GTEST_SKIP() << kNoGpu;
   test::TempDir dir;
-  for (const auto& [arch, type] : {std::pair{"qwen35", "q8_0"}, std::pair{"qwen35", "f32"}, std::pair{"qwen3", "q4_k"}}) {
+  for (const auto& [arch, type] : {std::pair{"qwen35", "q8_0"}, std::pair{"qwen35", "f32"}, std::pair{"qwen3", "q4_k"},
+                                   std::pair{"qwen35", "mix-iq4_xs"}}) {
     SCOPED_TRACE(std::string(arch) + " " + type);
     auto file = gguf::File::open(make_graph_test_model(dir, arch, type, 41));
     auto direct = make_cuda_backend(0, false);
@@ -1883,38 +1913,46 @@ TEST_F(CudaOps, Q6kGemmRowsEqualDecodeRows) {
     expect_gemm_rows_equal_decode_rows(gpu(), GgmlType::Q6_K, c, 7300 + uint64_t(c.n_in));
 }
 
-// Every row count of the Q6_K decode kernel (imma_q6k.cu: 1 row, its one-row variant; 2-8 one
-// n-tile with padding rows; 9-16 two; 17-24 four with the fourth empty; 25-32 four, all live)
-// gives each row the bits of one 40-row call (the prefill GEMM), memcmp-equal, for calls
+// Every row count of a decode kernel (imma_q6k.cu, imma_iq4xs.cu: 1 row, its one-row variant;
+// 2-8 one n-tile with padding rows; 9-16 two; 17-24 four with the fourth empty; 25-32 four, all
+// live) gives each row the bits of one 40-row call (the prefill GEMM), memcmp-equal, for calls
 // starting at row 0 and ending at row 39. n_in 1024: one super-block per slot; 17408: three
 // (slots that start on odd super-blocks); n_out 45: an output tail. Outputs start as NaN.
-TEST_F(CudaOps, Q6kDecodeRowsAtEveryWidthEqualGemmRows) {
+void expect_decode_rows_at_every_width_equal_gemm_rows(Backend& gpu, GgmlType t, uint64_t seed) {
   for (const int64_t n_in : {int64_t(1024), int64_t(17408)}) {
     const int64_t n_out = 45;
     const int rows = 40;
-    const HostWeight hw = make_weight(GgmlType::Q6_K, n_in, n_out, 7400 + uint64_t(n_in));
-    const std::vector<float> x = make_activations(rows, n_in, 7500 + uint64_t(n_in));
-    const Weight w{GgmlType::Q6_K, n_in, n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
+    const HostWeight hw = make_weight(t, n_in, n_out, seed + uint64_t(n_in));
+    const std::vector<float> x = make_activations(rows, n_in, seed + 100 + uint64_t(n_in));
+    const Weight w = product_weight(gpu, hw);
     const std::vector<float> poison(size_t(rows) * n_out, kPoison);
-    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
-    float* yd = static_cast<float*>(gpu().alloc(poison.size() * sizeof(float)));
-    gpu().upload(xd, x.data(), x.size() * sizeof(float));
-    gpu().upload(yd, poison.data(), poison.size() * sizeof(float));
-    gpu().matmul(w, xd, rows, yd);
+    float* xd = static_cast<float*>(gpu.alloc(x.size() * sizeof(float)));
+    float* yd = static_cast<float*>(gpu.alloc(poison.size() * sizeof(float)));
+    gpu.upload(xd, x.data(), x.size() * sizeof(float));
+    gpu.upload(yd, poison.data(), poison.size() * sizeof(float));
+    gpu.matmul(w, xd, rows, yd);
     std::vector<float> all(poison.size()), part(poison.size());
-    gpu().download(all.data(), yd, all.size() * sizeof(float));
+    gpu.download(all.data(), yd, all.size() * sizeof(float));
     for (int width = 1; width <= 32; ++width)
       for (const int r0 : {0, rows - width}) {
-        gpu().upload(yd, poison.data(), poison.size() * sizeof(float));
-        gpu().matmul(w, xd + size_t(r0) * size_t(n_in), width, yd);
-        gpu().download(part.data(), yd, size_t(width) * n_out * sizeof(float));
+        gpu.upload(yd, poison.data(), poison.size() * sizeof(float));
+        gpu.matmul(w, xd + size_t(r0) * size_t(n_in), width, yd);
+        gpu.download(part.data(), yd, size_t(width) * n_out * sizeof(float));
         EXPECT_EQ(std::memcmp(part.data(), all.data() + size_t(r0) * n_out, size_t(width) * n_out * sizeof(float)), 0)
-            << "matmul q6_K " << n_in << "x" << n_out << ": rows " << r0 << ".." << r0 + width - 1
+            << "matmul " << type_name(t) << " " << n_in << "x" << n_out << ": rows " << r0 << ".." << r0 + width - 1
             << " in a call of their own differ from the same rows in one call of " << rows;
       }
-    gpu().release(yd);
-    gpu().release(xd);
+    gpu.release(yd);
+    gpu.release(xd);
   }
+}
+
+TEST_F(CudaOps, Q6kDecodeRowsAtEveryWidthEqualGemmRows) {
+  expect_decode_rows_at_every_width_equal_gemm_rows(gpu(), GgmlType::Q6_K, 7400);
+}
+
+TEST_F(CudaOps, Iq4xsDecodeRowsAtEveryWidthEqualGemmRows) {
+  expect_decode_rows_at_every_width_equal_gemm_rows(gpu(), GgmlType::IQ4_XS, 7600);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2501,44 +2539,47 @@ TEST_F(CudaOps, Copy2dIndexed) {
   }
 }
 
-// The Q4_K prefill GEMM's block shapes (cuda::ImmaGemmShape: 128x64 with 4 warps, 128x128 with
-// 8, 128x128 with 16) give the same bits for every output: row and output tails, one and two
-// super-blocks per slot (n_in 8448: 33 super-blocks).
+// The Q4_K and IQ4_XS (tiles) prefill GEMMs' block shapes (cuda::ImmaGemmShape: 128x64 with 4
+// warps, 128x128 with 8, 128x128 with 16) give the same bits for every output: row and output
+// tails, one and two super-blocks per slot (n_in 8448: 33 super-blocks).
 TEST_F(CudaOps, ImmaGemmShapesGiveTheSameBits) {
   struct Case {
     int64_t n_in, n_out;
     int rows;
   };
   uint64_t seed = 4242;
-  for (const Case c : {Case{512, 300, 100}, Case{1024, 129, 257}, Case{8448, 37, 70}, Case{2304, 256, 512}}) {
-    const HostWeight hw = make_weight(GgmlType::Q4_K, c.n_in, c.n_out, seed++);
-    const std::vector<float> x = make_activations(c.rows, c.n_in, seed++);
-    const Weight w{GgmlType::Q4_K, c.n_in, c.n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
-    void* xd = gpu().alloc(x.size() * sizeof(float));
-    gpu().upload(xd, x.data(), x.size() * sizeof(float));
-    void* scratch = gpu().alloc(cuda::imma_scratch_bytes(w, c.rows));
-    const size_t y_bytes = size_t(c.rows) * size_t(c.n_out) * sizeof(float);
-    std::vector<std::vector<float>> ys;
-    gpu().synchronize();
-    cuda::imma_quantize(static_cast<const float*>(xd), c.n_in, c.rows, scratch, nullptr);
-    for (cuda::ImmaGemmShape shape : {cuda::ImmaGemmShape::kAuto, cuda::ImmaGemmShape::k128x64Warps4,
-                                      cuda::ImmaGemmShape::k128x128Warps8, cuda::ImmaGemmShape::k128x128Warps16}) {
-      void* yd = gpu().alloc(y_bytes);
-      const std::vector<float> poison(y_bytes / sizeof(float), kPoison);
-      gpu().upload(yd, poison.data(), y_bytes);
+  for (const GgmlType t : {GgmlType::Q4_K, GgmlType::IQ4_XS}) {
+    for (const Case c : {Case{512, 300, 100}, Case{1024, 129, 257}, Case{8448, 37, 70}, Case{2304, 256, 512}}) {
+      const HostWeight hw = make_weight(t, c.n_in, c.n_out, seed++);
+      const std::vector<float> x = make_activations(c.rows, c.n_in, seed++);
+      const Weight w = product_weight(gpu(), hw);
+      void* xd = gpu().alloc(x.size() * sizeof(float));
+      gpu().upload(xd, x.data(), x.size() * sizeof(float));
+      void* scratch = gpu().alloc(cuda::imma_scratch_bytes(w, c.rows));
+      const size_t y_bytes = size_t(c.rows) * size_t(c.n_out) * sizeof(float);
+      std::vector<std::vector<float>> ys;
       gpu().synchronize();
-      cuda::imma_gemm_quantized(w, static_cast<float*>(yd), c.rows, scratch, nullptr, shape);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "shape " << int(shape);
-      ys.emplace_back(y_bytes / sizeof(float));
-      gpu().download(ys.back().data(), yd, y_bytes);
-      gpu().release(yd);
+      cuda::imma_quantize(static_cast<const float*>(xd), c.n_in, c.rows, scratch, nullptr);
+      for (cuda::ImmaGemmShape shape : {cuda::ImmaGemmShape::kAuto, cuda::ImmaGemmShape::k128x64Warps4,
+                                        cuda::ImmaGemmShape::k128x128Warps8, cuda::ImmaGemmShape::k128x128Warps16}) {
+        void* yd = gpu().alloc(y_bytes);
+        const std::vector<float> poison(y_bytes / sizeof(float), kPoison);
+        gpu().upload(yd, poison.data(), y_bytes);
+        gpu().synchronize();
+        cuda::imma_gemm_quantized(w, static_cast<float*>(yd), c.rows, scratch, nullptr, shape);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "shape " << int(shape);
+        ys.emplace_back(y_bytes / sizeof(float));
+        gpu().download(ys.back().data(), yd, y_bytes);
+        gpu().release(yd);
+      }
+      for (size_t k = 1; k < ys.size(); ++k)
+        EXPECT_EQ(0, std::memcmp(ys[0].data(), ys[k].data(), y_bytes))
+            << type_name(t) << " shape " << k << " differs from the default, " << c.n_in << "x" << c.n_out << " rows "
+            << c.rows;
+      EXPECT_TRUE(std::none_of(ys[0].begin(), ys[0].end(), [](float v) { return std::isnan(v); })) << "unwritten outputs";
+      gpu().release(scratch);
+      gpu().release(xd);
     }
-    for (size_t k = 1; k < ys.size(); ++k)
-      EXPECT_EQ(0, std::memcmp(ys[0].data(), ys[k].data(), y_bytes))
-          << "shape " << k << " differs from the default, " << c.n_in << "x" << c.n_out << " rows " << c.rows;
-    EXPECT_TRUE(std::none_of(ys[0].begin(), ys[0].end(), [](float v) { return std::isnan(v); })) << "unwritten outputs";
-    gpu().release(scratch);
-    gpu().release(xd);
   }
 }
 
@@ -3113,6 +3154,61 @@ TEST(CudaFusedQ8k, NormQuantizedQ5kProductsEqualUnfused) {
       EXPECT_TRUE(same_bits(got[i], want[i])) << what << ": fused vs unfused";
       EXPECT_TRUE(same_bits(stepped[i], want[i])) << what << ": replayed step";
     }
+  }
+}
+
+// IQ4_XS matrices: upload_matrix stores them as tiles (quant/iq4xs_tiles.h) where the integer
+// kernels take them, which then take their products; with the tile layout off
+// (make_cuda_backend's q4k_tiles), rows, which stay on the f16 tensor-core kernel and still
+// compute the product (within AgainstExactAndCpu's f16 bound of the exact one). An embedding
+// lookup of a tiled matrix is refused.
+TEST_F(CudaOps, Iq4xsTilesOnlyWhereTheIntegerKernelsReadThem) {
+  const int64_t n_in = 1024, n_out = 40;
+  const int rows = 3;
+  const HostWeight hw = make_weight(GgmlType::IQ4_XS, n_in, n_out, 9400);
+  const Weight host{GgmlType::IQ4_XS, n_in, n_out, hw.bytes.data(), hw.row_bytes};
+  auto rows_be = make_cuda_backend(0, true, /*q4k_tiles=*/false);
+  const Weight wt = gpu().upload_matrix(host), wr = rows_be->upload_matrix(host);
+  ASSERT_TRUE(wt.iq4xs_tiles && !wt.q4k_tiles && cuda::imma_supports(wt));
+  ASSERT_TRUE(!wr.iq4xs_tiles && !cuda::imma_supports(wr) && cuda::mma_supports(wr));
+  const std::vector<float> x = make_activations(rows, n_in, 9401);
+  std::vector<float> y[2];
+  int side = 0;
+  for (auto [be, w] : {std::pair<Backend*, Weight>{&gpu(), wt}, std::pair<Backend*, Weight>{rows_be.get(), wr}}) {
+    float* xd = static_cast<float*>(be->alloc(x.size() * sizeof(float)));
+    float* yd = static_cast<float*>(be->alloc(size_t(rows) * n_out * sizeof(float)));
+    be->upload(xd, x.data(), x.size() * sizeof(float));
+    const std::vector<float> poison(size_t(rows) * n_out, kPoison);
+    be->upload(yd, poison.data(), poison.size() * sizeof(float));
+    be->matmul(w, xd, rows, yd);
+    y[side].resize(poison.size());
+    be->download(y[side++].data(), yd, poison.size() * sizeof(float));
+    if (be == &gpu()) {
+      int32_t* tok = static_cast<int32_t*>(be->alloc(sizeof(int32_t)));
+      const int32_t zero = 0;
+      be->upload(tok, &zero, sizeof(zero));
+      EXPECT_ANY_THROW(be->embed(w, tok, 1, yd)) << "an embedding lookup read IQ4_XS tiles as rows";
+      be->release(tok);
+    }
+    be->release(yd);
+    be->release(xd);
+  }
+  const std::vector<double> e = activation_rounding(GgmlType::IQ4_XS, x, rows, n_in);
+  for (int s = 0; s < 2; ++s) {
+    Check c(std::string("matmul iq4_xs ") + (s == 0 ? "tiles" : "rows (f16 kernel)") + " vs exact");
+    for (int r = 0; r < rows; ++r)
+      for (int64_t o = 0; o < n_out; ++o) {
+        double ref = 0, mag = 0, abs_sum = 0, act = 0;
+        for (int64_t k = 0; k < n_in; ++k) {
+          const double wk = hw.W[size_t(o * n_in + k)], xk = x[size_t(r * n_in + k)];
+          ref += wk * xk, mag += std::fabs(wk * xk), abs_sum += std::fabs(wk) + std::fabs(xk);
+          act += std::fabs(wk) * e[size_t(r * n_in + k)];
+        }
+        // The f16 kernel's bound, or the integer kernels' (8-bit activations), as AgainstExactAndCpu.
+        const double tol = s == 1 ? mag * (0x1p-10 + (double(n_in) / 16 + 16) * 0x1p-23) + 0x1p-25 * abs_sum + 1e-30
+                                  : 8 * red_tol(n_in) * (mag + act) + act * 1.01 + 1e-30;
+        c.add(y[s][size_t(r) * n_out + o], ref, tol, size_t(r) * n_out + o);
+      }
   }
 }
 

@@ -24,6 +24,9 @@ struct Weight {
   bool q4k_tiles = false;
   // The same for Q5_K weights in the Q5_K tile layout (quant/q5k_tiles.h).
   bool q5k_tiles = false;
+  // data holds the IQ4_XS tile layout (quant/iq4xs_tiles.h), the same way (CUDA's integer
+  // kernels read IQ4_XS only so).
+  bool iq4xs_tiles = false;
   explicit operator bool() const { return data != nullptr; }
 };
 

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cuda_graphs.h"
 #include "backend/cuda/kernels.h"
+#include "quant/iq4xs_tiles.h"
 #include "quant/q4k_tiles.h"
 #include "quant/q5k_tiles.h"
 #include "util/error.h"
@@ -157,23 +158,34 @@ const void* CudaBackend::weight_data(const void* host, size_t bytes) {
   return dev;
 }
 
-// Q5_K takes the integer kernels only as tiles: with q4k_tiles_ off it stays in GGUF rows on the
-// f16 kernel (mma_matmul.cu), so for Q5_K the two layouts differ by more than speed.
+// Q5_K and IQ4_XS take the integer kernels only as tiles: with q4k_tiles_ off they stay in GGUF
+// rows on the f16 kernel (mma_matmul.cu), so for them the two layouts differ by more than speed.
 Weight CudaBackend::upload_matrix(const Weight& host) {
   const bool q5k = host.type == GgmlType::Q5_K;
   Weight probe = host;
   probe.data = nullptr;  // (device allocations are aligned for every kernel)
   probe.q5k_tiles = q5k;
-  if (!q4k_tiles_ || (host.type != GgmlType::Q4_K && !q5k) || !cuda::imma_supports(probe))
-    return Backend::upload_matrix(host);
   const int n_sb = int(host.n_in / 256);
-  std::vector<uint8_t> tiles(q5k ? q5k_tiles_bytes(host.n_out, n_sb) : q4k_tiles_bytes(host.n_out, n_sb));
-  (q5k ? q5k_to_tiles : q4k_to_tiles)(static_cast<const uint8_t*>(host.data), host.n_out, n_sb, tiles.data());
+  const auto* src = static_cast<const uint8_t*>(host.data);
   Weight w = host;
-  w.data = weight_data(tiles.data(), tiles.size());
-  w.q4k_tiles = !q5k;
-  w.q5k_tiles = q5k;
-  return w;
+  if (q4k_tiles_ && (host.type == GgmlType::Q4_K || q5k) && cuda::imma_supports(probe)) {
+    std::vector<uint8_t> tiles(q5k ? q5k_tiles_bytes(host.n_out, n_sb) : q4k_tiles_bytes(host.n_out, n_sb));
+    (q5k ? q5k_to_tiles : q4k_to_tiles)(src, host.n_out, n_sb, tiles.data());
+    w.data = weight_data(tiles.data(), tiles.size());
+    w.q4k_tiles = !q5k;
+    w.q5k_tiles = q5k;
+    return w;
+  }
+  probe.q5k_tiles = false;
+  probe.iq4xs_tiles = true;
+  if (q4k_tiles_ && host.type == GgmlType::IQ4_XS && cuda::imma_supports(probe)) {
+    std::vector<uint8_t> tiles(iq4xs_tiles_bytes(host.n_out, n_sb));
+    iq4xs_to_tiles(src, host.n_out, n_sb, tiles.data());
+    w.data = weight_data(tiles.data(), tiles.size());
+    w.iq4xs_tiles = true;
+    return w;
+  }
+  return Backend::upload_matrix(host);
 }
 
 const int32_t* CudaBackend::device_block_table(const SeqKv& seq) {
@@ -264,7 +276,7 @@ void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
     check_launch("matmul");
     return;
   }
-  if (w.q4k_tiles || w.q5k_tiles) fail("matmul: {} tiles that the integer kernels do not take", type_name(w.type));
+  if (w.q4k_tiles || w.q5k_tiles || w.iq4xs_tiles) fail("matmul: {} tiles that the integer kernels do not take", type_name(w.type));
   if (cuda::mma_supports(w)) {  // tensor cores (mma_matmul.cu), for every row count
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::mma_scratch_bytes(w, rows), "matmul");
     cuda::mma_matmul(w, x, rows, y, mma_scratch_, as_stream(stream_));
@@ -287,7 +299,7 @@ void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
   check_launch("matmul");
 }
 
-// The integer tensor-core products among them (Q4_K, Q5_K tiles, Q6_K) go in groups of one type and n_in
+// The integer tensor-core products among them (Q4_K, Q6_K; Q5_K and IQ4_XS tiles) go in groups of one type and n_in
 // (one kernel per launch), each sharing one quantization of x and its launches; the rest go one
 // by one. Each output is what matmul() gives (same kernel, same split).
 void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) {
@@ -322,7 +334,7 @@ void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys,
 void CudaBackend::embed(const Weight& table, const int32_t* tokens, int rows, float* out) {
   if (rows <= 0) return;
   enter();
-  if (table.q4k_tiles || table.q5k_tiles)
+  if (table.q4k_tiles || table.q5k_tiles || table.iq4xs_tiles)
     fail("embed: the table was uploaded as a matrix ({} tiles); bind embeddings with weight_data",
          type_name(table.type));
   if (!cuda::embed(table, tokens, rows, out, as_stream(stream_)))

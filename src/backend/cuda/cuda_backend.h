@@ -20,8 +20,8 @@ class CudaBackend : public Backend {
   // q4k_tiles: upload_matrix stores Q4_K matrices as 16-row tiles (quant/q4k_tiles.h), which the
   // decode kernel streams ~15-20% faster (bench/matmul_kernels, session 8); products are
   // bit-identical either way (CudaGraphs.Q4kTilesGiveTheSameLogits, CudaOps.Q4kTiledWeightsEqualRows).
-  // It also stores Q5_K matrices as tiles (quant/q5k_tiles.h), the only layout in which they take
-  // the integer kernels (else the f16 one, with other rounding).
+  // It also stores Q5_K and IQ4_XS matrices as tiles (quant/q5k_tiles.h, quant/iq4xs_tiles.h), the
+  // only layouts in which they take the integer kernels (else the f16 one, with other rounding).
   explicit CudaBackend(int device, bool fuse_quantize = true, bool q4k_tiles = true);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
@@ -41,8 +41,8 @@ class CudaBackend : public Backend {
                int rows) override;
   void synchronize() override;
   const void* weight_data(const void* host, size_t bytes) override;
-  // Q4_K and Q5_K matrices the integer kernels take are stored as 16-row tiles (quant/q4k_tiles.h,
-  // quant/q5k_tiles.h).
+  // Q4_K, Q5_K and IQ4_XS matrices the integer kernels take are stored as 16-row tiles
+  // (quant/q4k_tiles.h, quant/q5k_tiles.h, quant/iq4xs_tiles.h).
   Weight upload_matrix(const Weight& host) override;
 
   void matmul(const Weight& w, const float* x, int rows, float* y) override;

@@ -12,6 +12,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "quant/iq4xs_tiles.h"
 #include "quant/q4k_tiles.h"
 #include "quant/q5k_tiles.h"
 
@@ -297,7 +298,7 @@ inline Slots slots_of(int n_sb) {
 // Calls launch(segments) for weights ws[0..n) (same n_in) into ys: one launch while the
 // segments fit a grid's 65535 blocks of 16 outputs, else one per slice (for_output_slices).
 // No allocation: this runs for every product of a step. The weights share one layout (GGUF
-// rows, Q4_K tiles or Q5_K tiles; callers group them so).
+// rows, Q4_K, Q5_K or IQ4_XS tiles; callers group them so).
 template <class F>
 void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launch) {
   Segments cur{};
@@ -305,7 +306,7 @@ void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launc
   cur.q5k_tiles = n > 0 && ws[0]->q5k_tiles;
   for (int i = 0; i < n; ++i) {
     const Weight& w = *ws[i];
-    if (w.q4k_tiles != cur.q4k_tiles || w.q5k_tiles != cur.q5k_tiles)
+    if (w.q4k_tiles != cur.q4k_tiles || w.q5k_tiles != cur.q5k_tiles || w.iq4xs_tiles != ws[0]->iq4xs_tiles)
       throw std::invalid_argument("imma products of weights in two layouts");
     for_output_slices(w.n_out, 16, [&](int64_t o, int64_t cnt, unsigned blocks) {
       if (cur.n == kMaxSegments || int64_t(cur.first_block[cur.n]) + blocks > 65535) {
@@ -317,9 +318,9 @@ void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launc
       }
       const int k = cur.n++;
       // A slice starts at output o, a multiple of 16: tile o / 16 of a tiled weight.
-      const size_t tile_bytes = w.q5k_tiles ? kQ5kTileBytes : kQ4kTileBytes;
-      const size_t tile = size_t(o / kQ4kTileRows) * size_t(w.n_in / kSb) * tile_bytes;
-      cur.w[k] = static_cast<const uint8_t*>(w.data) + (w.q4k_tiles || w.q5k_tiles ? tile : size_t(o) * w.row_bytes);
+      const size_t tile_bytes = w.q4k_tiles ? kQ4kTileBytes : w.q5k_tiles ? kQ5kTileBytes : w.iq4xs_tiles ? kIq4xsTileBytes : 0;
+      cur.w[k] = static_cast<const uint8_t*>(w.data) +
+                 (tile_bytes != 0 ? size_t(o / 16) * size_t(w.n_in / kSb) * tile_bytes : size_t(o) * w.row_bytes);
       cur.row_bytes[k] = w.row_bytes;
       cur.n_out[k] = cnt;
       cur.y[k] = ys[i] + o;

@@ -38,6 +38,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/imma_common.cuh"
 #include "backend/cuda/imma_gemm.cuh"
+#include "backend/cuda/imma_iq4xs.cuh"
 #include "backend/cuda/imma_tiles.cuh"
 
 namespace df::cuda {
@@ -416,7 +417,11 @@ void imma_gemm_quantized(const Weight& w, float* y, int rows, const void* scratc
   const auto* base = static_cast<const uint8_t*>(scratch);
   const Weight* ws[1] = {&w};
   float* ys[1] = {y};
+  if (w.type == GgmlType::IQ4_XS && !w.iq4xs_tiles) throw std::invalid_argument("imma_gemm_quantized: IQ4_XS rows");
   for_each_launch(ws, ys, 1, [&](const Segments& segs) {
+    if (w.type == GgmlType::IQ4_XS)
+      return imma_iq4xs_gemm(segs, w.n_in, reinterpret_cast<const int8_t*>(base + l.q),
+                             reinterpret_cast<const float*>(base + l.d), rows, rows_pad, s, shape);
     imma_gemm(segs, w.n_in, reinterpret_cast<const int8_t*>(base + l.q), reinterpret_cast<const float*>(base + l.d),
                      reinterpret_cast<const uint2*>(base + l.m), rows, rows_pad, s, shape);
   });

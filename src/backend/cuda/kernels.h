@@ -25,17 +25,17 @@ bool mma_supports(const Weight& w);
 size_t mma_scratch_bytes(const Weight& w, int rows);
 void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scratch, cudaStream_t s);
 
-// imma_matmul.cu (Q4_K, Q5_K), imma_q6k.cu (Q6_K) -- the integer tensor-core path, any row count:
-// the weights mv::int8_tensor_core_supports takes (Q5_K in its tile layout only,
-// Weight::q5k_tiles). Activations go through `scratch` in the CPU's
-// Q8_K format (imma_scratch_bytes), so the integer sums match the CPU backend's. Takes
+// imma_matmul.cu (Q4_K, Q5_K), imma_q6k.cu (Q6_K), imma_iq4xs.cu (IQ4_XS) -- the integer
+// tensor-core path, any row count: the weights imma_supports takes (Q5_K and IQ4_XS in their
+// tile layouts only, Weight::q5k_tiles / iq4xs_tiles). Activations go through `scratch` in the
+// CPU's Q8_K format (imma_scratch_bytes), so the integer sums match the CPU backend's. Takes
 // precedence over mma_matmul.cu for every row count (a row's result must not depend on the
 // batch). imma_matmul_group: ys[i] = x ws[i]^T for weights of the same type and n_in sharing
 // the input x: the activations are quantized once and the products share launches; each result
 // is bit-identical to the weight's product alone.
 // Calls of more than kImmaGemmMinRows rows take the tiled prefill kernels (imma_gemm.cu for Q4_K
-// and Q5_K, imma_q6k_gemm.cu for Q6_K), which give each row the same bits. Up to 32 rows the decode kernel streams each weight once (one
-// group of four 8-row n-tiles); above, it streams it again per 32 rows, while the GEMM reads it
+// and Q5_K, imma_q6k_gemm.cu for Q6_K, imma_iq4xs_gemm.cu for IQ4_XS), which give each row the
+// same bits. Up to 32 rows the decode kernel streams each weight once (one group of four 8-row n-tiles); above, it streams it again per 32 rows, while the GEMM reads it
 // once per 64- or 128-row tile and reuses each unpacked fragment for 4 n-tiles.
 bool imma_supports(const Weight& w);
 size_t imma_scratch_bytes(const Weight& w, int rows);
@@ -47,9 +47,9 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
 size_t q8k_fused_bytes(int64_t n_in, int rows);
 
 constexpr int kImmaGemmMinRows = 32;
-// imma_gemm.cu -- imma_matmul_group's two steps for Q4_K / Q5_K and rows > kImmaGemmMinRows,
-// apart, so that bench/matmul_kernels can time the GEMM alone: imma_quantize writes x's Q8_K form into scratch
-// (imma_scratch_bytes), imma_gemm_quantized multiplies w by it.
+// imma_gemm.cu -- imma_matmul_group's two steps for Q4_K / Q5_K (and tiled IQ4_XS) and rows >
+// kImmaGemmMinRows, apart, so that bench/matmul_kernels can time the GEMM alone: imma_quantize
+// writes x's Q8_K form into scratch (imma_scratch_bytes), imma_gemm_quantized multiplies w by it.
 void imma_quantize(const float* x, int64_t n_in, int rows, void* scratch, cudaStream_t s);
 // imma_q6k.cu -- the same in Q6_K's format (the product's own quantizer; tests compare the norms'
 // fused Q8_K bytes against both).

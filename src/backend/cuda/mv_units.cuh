@@ -496,10 +496,11 @@ inline bool tensor_core_supports(GgmlType t, int64_t n_in, size_t row_bytes, con
 }
 
 // The types the integer tensor-core matmuls take, ahead of the f16 one: Q4_K and Q5_K
-// (imma_matmul.cu) and Q6_K (imma_q6k.cu), multiplied with activations in the CPU's Q8_K format
-// (whole 256-element super-blocks).
+// (imma_matmul.cu), Q6_K (imma_q6k.cu) and IQ4_XS (imma_iq4xs.cu), multiplied with activations in
+// the CPU's Q8_K format (whole 256-element super-blocks). Q5_K and IQ4_XS only in their tile
+// layouts (quant/q5k_tiles.h, quant/iq4xs_tiles.h).
 inline bool int8_tensor_core_type(GgmlType t) {
-  return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+  return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::IQ4_XS;
 }
 
 // Q4_K: 16-byte loads of 144-byte blocks. Q5_K: its tile layout only (quant/q5k_tiles.h, which
@@ -514,6 +515,9 @@ inline bool int8_tensor_core_supports(GgmlType t, int64_t n_in, size_t row_bytes
     case GgmlType::Q4_K:
     case GgmlType::Q5_K: return n_in % 256 == 0 && row_bytes % 16 == 0 && base % 16 == 0;
     case GgmlType::Q6_K: return n_in % 512 == 0 && row_bytes % 4 == 0 && base % 4 == 0;
+    // IQ4_XS: tiles (repacked at upload, so any row size), read with 16-byte loads. Whether the
+    // weight is in that layout is the caller's part (imma_supports).
+    case GgmlType::IQ4_XS: return n_in % 256 == 0 && base % 16 == 0;
     default: return false;
   }
 }
