@@ -5,7 +5,10 @@
 // (mma_matmul.cu) and the fp32 CUDA-core one (matvec.cu), wherever each takes the weight (so
 // Q4_K and Q6_K show the f16 kernel they replace too). Prints microseconds, weight bytes per second against the
 // device's copy bandwidth (the decode measure) and TFLOPS-equivalent, 2 n_in n_out rows / time
-// (the prefill measure), so a kernel change is judged in one call without a model. For Q6_K the
+// (the prefill measure), so a kernel change is judged in one call without a model. Q8_0's
+// integer kernels (imma_q80.cu, and imma_q80_gemm.cu above 32 rows) read only the tile layout
+// (quant/q80_tiles.h): its "tile layout" lines, beside the f16 kernel on GGUF rows that they
+// replace, and "GEMM alone" on tiles. For Q6_K the
 // imma lines of more than 32 rows are the prefill GEMM (imma_q6k_gemm.cu) with its activation
 // quantizer; "ffn down" and "attn k" (the shape of attn_v) at 512 and 4096 rows are the ones its
 // block shapes were chosen for. Weights rotate over copies larger than the L2 cache, as a
@@ -25,6 +28,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "quant/q4k_tiles.h"
+#include "quant/q80_tiles.h"
 #include "quant/quantize.h"
 #include "quant/types.h"
 
@@ -156,13 +160,17 @@ int main(int argc, char** argv) {
       check(cudaMalloc(reinterpret_cast<void**>(&y), size_t(max_rows) * size_t(sh.n_out) * sizeof(float)), "cudaMalloc (y)");
       check(cudaMemcpy(x, xh.data(), xh.size() * sizeof(float), cudaMemcpyHostToDevice), "upload x");
       Weight w0{t, sh.n_in, sh.n_out, dev, row_bytes};
-      // Q4_K: the same copies in the tile layout (quant/q4k_tiles.h), for the tile decode kernel.
+      // Q4_K, Q8_0: the same copies in the tile layout (quant/q4k_tiles.h, q80_tiles.h), for the
+      // tile kernels.
       uint8_t* tiles_dev = nullptr;
       size_t tiles_stride = 0;
-      if (t == GgmlType::Q4_K && df::cuda::imma_supports(w0)) {
+      const bool q4k_tiles = t == GgmlType::Q4_K && df::cuda::imma_supports(w0);
+      const bool q80_tiles = t == GgmlType::Q8_0 && df::cuda::imma_q80_takes(sh.n_in);
+      if (q4k_tiles || q80_tiles) {
         const int n_sb = int(sh.n_in / 256);
-        std::vector<uint8_t> tiles(df::q4k_tiles_bytes(sh.n_out, n_sb));
-        df::q4k_to_tiles(host.data(), sh.n_out, n_sb, tiles.data());
+        std::vector<uint8_t> tiles(q4k_tiles ? df::q4k_tiles_bytes(sh.n_out, n_sb) : df::q80_tiles_bytes(sh.n_out, n_sb));
+        if (q4k_tiles) df::q4k_to_tiles(host.data(), sh.n_out, n_sb, tiles.data());
+        else df::q80_to_tiles(host.data(), sh.n_out, n_sb, tiles.data());
         tiles_stride = (tiles.size() + 255) / 256 * 256;
         check(cudaMalloc(reinterpret_cast<void**>(&tiles_dev), tiles_stride * size_t(copies)), "cudaMalloc (tiles)");
         for (int c = 0; c < copies; ++c)
@@ -172,14 +180,19 @@ int main(int argc, char** argv) {
       // The tile copy holding the same weight as GGUF copy w (as CudaBackend::upload_matrix stores it).
       auto tiles_of = [&](const Weight& w) {
         const size_t copy = size_t(static_cast<const uint8_t*>(w.data) - dev) / stride;
-        return Weight{t, sh.n_in, sh.n_out, tiles_dev + tiles_stride * copy, row_bytes, /*q4k_tiles=*/true};
+        Weight tw{t, sh.n_in, sh.n_out, tiles_dev + tiles_stride * copy, row_bytes};
+        tw.q4k_tiles = q4k_tiles;
+        tw.q80_tiles = q80_tiles;
+        return tw;
       };
       auto imma = [&](const Weight& w, int rows) {
         const Weight* ws[1] = {&w};
         float* ys[1] = {y};
         df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, s);
       };
-      const size_t scratch_bytes = std::max(df::cuda::imma_scratch_bytes(w0, max_rows), df::cuda::mma_scratch_bytes(w0, max_rows));
+      const size_t scratch_bytes =
+          std::max({df::cuda::imma_scratch_bytes(w0, max_rows), df::cuda::mma_scratch_bytes(w0, max_rows),
+                    df::cuda::imma_q80_scratch_bytes(sh.n_in, max_rows)});
       check(cudaMalloc(&scratch, scratch_bytes), "cudaMalloc (scratch)");
 
       struct Kernel {
@@ -196,10 +209,17 @@ int main(int argc, char** argv) {
                         df::cuda::q4k_pattern_probe(w.data, sh.n_in, sh.n_out, row_bytes, tile, ahead, sink, s);
                       }};
       };
+      // The GEMMs alone: Q4_K on GGUF rows, Q8_0 on tiles (the only layout its GEMM reads).
+      auto gemm_quantize = [&](int rows) {
+        if (q80_tiles) df::cuda::imma_quantize_q80(x, sh.n_in, rows, scratch, s);
+        else df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s);
+      };
+      auto gemm_weight = [&](const Weight& w) { return q80_tiles ? tiles_of(w) : w; };
+      const bool gemm_alone = q4k_tiles || q80_tiles;
       auto gemm_shape = [&](const char* name, df::cuda::ImmaGemmShape shape) {
-        return Kernel{name, t == GgmlType::Q4_K && df::cuda::imma_supports(w0), 128, max_rows,
-                      [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
-                      [&, shape](const Weight& w, int rows) { df::cuda::imma_gemm_quantized(w, y, rows, scratch, s, shape); }};
+        return Kernel{name, gemm_alone, 128, max_rows, gemm_quantize, [&, shape](const Weight& w, int rows) {
+                        df::cuda::imma_gemm_quantized(gemm_weight(w), y, rows, scratch, s, shape);
+                      }};
       };
       const Kernel kernels[] = {
           {"imma (int8 tensor cores)", df::cuda::imma_supports(w0), 1, max_rows, nullptr,
@@ -208,16 +228,15 @@ int main(int argc, char** argv) {
              float* ys[1] = {y};
              df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, s);
            }},
-          {"imma GEMM alone (x quantized before)", t == GgmlType::Q4_K && df::cuda::imma_supports(w0),
-           df::cuda::kImmaGemmMinRows + 1, max_rows,
-           [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
-           [&](const Weight& w, int rows) { df::cuda::imma_gemm_quantized(w, y, rows, scratch, s); }},
+          {"imma GEMM alone (x quantized before)", gemm_alone, df::cuda::kImmaGemmMinRows + 1, max_rows, gemm_quantize,
+           [&](const Weight& w, int rows) { df::cuda::imma_gemm_quantized(gemm_weight(w), y, rows, scratch, s); }},
           // The same GEMM in each of its block shapes (the default picks one of the first two).
-          gemm_shape("imma GEMM 128x64, 4 warps", df::cuda::ImmaGemmShape::k128x64Warps4),
+          gemm_shape(q80_tiles ? "imma GEMM 128x64, 8 warps" : "imma GEMM 128x64, 4 warps",
+                     df::cuda::ImmaGemmShape::k128x64Warps4),
           gemm_shape("imma GEMM 128x128, 8 warps", df::cuda::ImmaGemmShape::k128x128Warps8),
           gemm_shape("imma GEMM 128x128, 16 warps", df::cuda::ImmaGemmShape::k128x128Warps16),
-          {"imma, tile layout (quant/q4k_tiles.h)", tiles_dev != nullptr, 1, max_rows, nullptr,
-           [&](const Weight& w, int rows) { imma(tiles_of(w), rows); }},
+          {q80_tiles ? "imma, tile layout (quant/q80_tiles.h)" : "imma, tile layout (quant/q4k_tiles.h)",
+           tiles_dev != nullptr, 1, max_rows, nullptr, [&](const Weight& w, int rows) { imma(tiles_of(w), rows); }},
           probe("probe: reads only, GGUF rows, 1 super-block in flight", false, 1),
           probe("probe: reads only, GGUF rows, 3 in flight", false, 3),
           probe("probe: reads only, tile-contiguous, 1 in flight", true, 1),
@@ -226,7 +245,7 @@ int main(int argc, char** argv) {
            [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
           {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, kMvMaxRows, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mv_matmul(w, x, rows, y, s); }}};
-      if (tiles_dev != nullptr) {  // the tile kernel gives the GGUF kernel's bits
+      if (q4k_tiles) {  // the tile kernel gives the GGUF kernel's bits (Q8_0 rows: the f16 kernel)
         std::string verdict = "equal";
         for (int rows : {1, 2, 8, 9, 16, 32, 33, 512}) {
           const size_t n = size_t(rows) * size_t(sh.n_out);

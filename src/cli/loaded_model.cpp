@@ -69,8 +69,9 @@ void add_backend_flags(CLI::App* cmd, LoadOptions& opt) {
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_option("--weight-layout", opt.weight_layout,
-                  "tiles: on CUDA, Q4_K matrices are repacked at load into 16-row tiles, which the kernels read "
-                  "faster (same results); gguf: kept in the file's row layout (no effect on the CPU)")
+                  "tiles: on CUDA, Q4_K and Q8_0 matrices are repacked at load into 16-row tiles, which the kernels "
+                  "read faster (Q4_K: same results; Q8_0: the integer kernel, 8-bit activations as on the CPU); "
+                  "gguf: kept in the file's row layout (no effect on the CPU)")
       ->check(CLI::IsMember({"tiles", "gguf"}))
       ->capture_default_str();
 }

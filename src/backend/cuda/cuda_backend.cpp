@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_graphs.h"
 #include "backend/cuda/kernels.h"
 #include "quant/q4k_tiles.h"
+#include "quant/q80_tiles.h"
 #include "util/error.h"
 
 namespace df {
@@ -29,8 +30,8 @@ cudaStream_t as_stream(CUstream_st* s) { return s; }
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device, bool fuse_quantize, bool q4k_tiles)
-    : device_(device), fuse_quantize_(fuse_quantize), q4k_tiles_(q4k_tiles) {
+CudaBackend::CudaBackend(int device, bool fuse_quantize, bool tiles)
+    : device_(device), fuse_quantize_(fuse_quantize), tiles_(tiles) {
   check(cudaSetDevice(device), "cudaSetDevice");
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -159,13 +160,21 @@ const void* CudaBackend::weight_data(const void* host, size_t bytes) {
 Weight CudaBackend::upload_matrix(const Weight& host) {
   Weight probe = host;
   probe.data = nullptr;  // (device allocations are aligned for every kernel)
-  if (!q4k_tiles_ || host.type != GgmlType::Q4_K || !cuda::imma_supports(probe)) return Backend::upload_matrix(host);
   const int n_sb = int(host.n_in / 256);
-  std::vector<uint8_t> tiles(q4k_tiles_bytes(host.n_out, n_sb));
-  q4k_to_tiles(static_cast<const uint8_t*>(host.data), host.n_out, n_sb, tiles.data());
   Weight w = host;
+  std::vector<uint8_t> tiles;
+  if (tiles_ && host.type == GgmlType::Q4_K && cuda::imma_supports(probe)) {
+    tiles.resize(q4k_tiles_bytes(host.n_out, n_sb));
+    q4k_to_tiles(static_cast<const uint8_t*>(host.data), host.n_out, n_sb, tiles.data());
+    w.q4k_tiles = true;
+  } else if (tiles_ && host.type == GgmlType::Q8_0 && cuda::imma_q80_takes(host.n_in)) {
+    tiles.resize(q80_tiles_bytes(host.n_out, n_sb));
+    q80_to_tiles(static_cast<const uint8_t*>(host.data), host.n_out, n_sb, tiles.data());
+    w.q80_tiles = true;
+  } else {
+    return Backend::upload_matrix(host);
+  }
   w.data = weight_data(tiles.data(), tiles.size());
-  w.q4k_tiles = true;
   return w;
 }
 
@@ -238,6 +247,11 @@ const void* CudaBackend::fused_q8k_of(const FusedQ8k& f, const float* x, int row
   return fused_q8k_;
 }
 
+// Q8_0 products quantize x to their own format (Q8_0): the fused Q8_K bytes are not theirs.
+const void* CudaBackend::fused_q8k_for_type(const FusedQ8k& f, const float* x, int rows, const Weight& w) {
+  return w.type == GgmlType::Q8_0 ? nullptr : fused_q8k_of(f, x, rows, w.n_in);
+}
+
 void* CudaBackend::fused_q8k_for(bool supported, int rows, int64_t n_in, const char* what) {
   if (!fuse_quantize_ || !supported) return nullptr;
   ensure_scratch(fused_q8k_, fused_q8k_cap_, cuda::q8k_fused_bytes(n_in, rows), what);
@@ -252,12 +266,11 @@ void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
     const Weight* ws[1] = {&w};
     float* ys[1] = {y};
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::imma_scratch_bytes(w, rows), "matmul");
-    cuda::imma_matmul_group(ws, ys, 1, x, rows, mma_scratch_, as_stream(stream_),
-                            fused_q8k_of(fused, x, rows, w.n_in));
+    cuda::imma_matmul_group(ws, ys, 1, x, rows, mma_scratch_, as_stream(stream_), fused_q8k_for_type(fused, x, rows, w));
     check_launch("matmul");
     return;
   }
-  if (w.q4k_tiles) fail("matmul: Q4_K tiles that the integer kernels do not take");
+  if (w.tiled()) fail("matmul: {} tiles that the integer kernels do not take", type_name(w.type));
   if (cuda::mma_supports(w)) {  // tensor cores (mma_matmul.cu), for every row count
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::mma_scratch_bytes(w, rows), "matmul");
     cuda::mma_matmul(w, x, rows, y, mma_scratch_, as_stream(stream_));
@@ -280,9 +293,9 @@ void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
   check_launch("matmul");
 }
 
-// The integer tensor-core products among them (Q4_K, Q6_K) go in groups of one type and n_in
-// (one kernel per launch), each sharing one quantization of x and its launches; the rest go one
-// by one. Each output is what matmul() gives (same kernel, same split).
+// The integer tensor-core products among them (Q4_K, Q6_K, tiled Q8_0) go in groups of one type
+// and n_in (one kernel per launch), each sharing one quantization of x and its launches; the rest
+// go one by one. Each output is what matmul() gives (same kernel, same split).
 void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) {
   // Taken once for all groups: the products below write only ys, never x or fused_q8k_.
   const FusedQ8k fused = take_fused_q8k();
@@ -307,7 +320,7 @@ void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys,
     enter();
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::imma_scratch_bytes(lead, rows), "matmul");
     cuda::imma_matmul_group(grp, grp_y, m, x, rows, mma_scratch_, as_stream(stream_),
-                            fused_q8k_of(fused, x, rows, lead.n_in));
+                            fused_q8k_for_type(fused, x, rows, lead));
     check_launch("matmul");
   }
 }
@@ -315,7 +328,8 @@ void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys,
 void CudaBackend::embed(const Weight& table, const int32_t* tokens, int rows, float* out) {
   if (rows <= 0) return;
   enter();
-  if (table.q4k_tiles) fail("embed: the table was uploaded as a matrix (Q4_K tiles); bind embeddings with weight_data");
+  if (table.tiled())
+    fail("embed: the table was uploaded as a matrix ({} tiles); bind embeddings with weight_data", type_name(table.type));
   if (!cuda::embed(table, tokens, rows, out, as_stream(stream_)))
     fail("the CUDA backend cannot read embeddings of type {}", type_name(table.type));
   check_launch("embed");
@@ -566,12 +580,12 @@ int cuda_device_count() {
   return n;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device, bool cuda_graphs, bool q4k_tiles) {
+std::unique_ptr<Backend> make_cuda_backend(int device, bool cuda_graphs, bool tiles) {
   const int n = cuda_device_count();
   if (n == 0) fail("no CUDA device is available (no GPU, or no driver)");
   if (device < 0 || device >= n) fail("CUDA device {} does not exist ({} device{} present)", device, n, n == 1 ? "" : "s");
-  if (cuda_graphs) return std::make_unique<CudaGraphBackend>(device, true, q4k_tiles);
-  return std::make_unique<CudaBackend>(device, true, q4k_tiles);
+  if (cuda_graphs) return std::make_unique<CudaGraphBackend>(device, true, tiles);
+  return std::make_unique<CudaBackend>(device, true, tiles);
 }
 
 }  // namespace df

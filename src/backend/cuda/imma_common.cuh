@@ -13,6 +13,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "quant/q4k_tiles.h"
+#include "quant/q80_tiles.h"
 
 namespace df::cuda {
 
@@ -37,6 +38,7 @@ struct Segments {
   int first_block[kMaxSegments + 1];
   int n;
   bool q4k_tiles;  // the weights are in the tile layout (quant/q4k_tiles.h): w[k] is a tile
+                   // (Q8_0 weights are always tiles, quant/q80_tiles.h: the flag stays false)
 };
 
 // What block blockIdx.y of a launch computes: its segment's weight and output, and the first
@@ -293,14 +295,17 @@ inline Slots slots_of(int n_sb) {
 // Calls launch(segments) for weights ws[0..n) (same n_in) into ys: one launch while the
 // segments fit a grid's 65535 blocks of 16 outputs, else one per slice (for_output_slices).
 // No allocation: this runs for every product of a step. The weights share one layout (GGUF
-// rows or Q4_K tiles; callers group them so).
+// rows, Q4_K tiles or Q8_0 tiles; callers group them so).
 template <class F>
 void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launch) {
   Segments cur{};
   cur.q4k_tiles = n > 0 && ws[0]->q4k_tiles;
   for (int i = 0; i < n; ++i) {
     const Weight& w = *ws[i];
-    if (w.q4k_tiles != cur.q4k_tiles) throw std::invalid_argument("imma products of weights in two layouts");
+    if (w.q4k_tiles != cur.q4k_tiles || w.q80_tiles != ws[0]->q80_tiles)
+      throw std::invalid_argument("imma products of weights in two layouts");
+    static_assert(kQ4kTileRows == 16 && kQ80TileRows == 16, "slices start on a tile");
+    const size_t tile_bytes = w.q4k_tiles ? kQ4kTileBytes : kQ80TileBytes;
     for_output_slices(w.n_out, 16, [&](int64_t o, int64_t cnt, unsigned blocks) {
       if (cur.n == kMaxSegments || int64_t(cur.first_block[cur.n]) + blocks > 65535) {
         launch(cur);
@@ -311,7 +316,7 @@ void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launc
       const int k = cur.n++;
       // A slice starts at output o, a multiple of 16: tile o / 16 of a tiled weight.
       cur.w[k] = static_cast<const uint8_t*>(w.data) +
-                 (w.q4k_tiles ? size_t(o / kQ4kTileRows) * size_t(w.n_in / kSb) * kQ4kTileBytes : size_t(o) * w.row_bytes);
+                 (w.tiled() ? size_t(o / 16) * size_t(w.n_in / kSb) * tile_bytes : size_t(o) * w.row_bytes);
       cur.row_bytes[k] = w.row_bytes;
       cur.n_out[k] = cnt;
       cur.y[k] = ys[i] + o;

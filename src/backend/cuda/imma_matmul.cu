@@ -1,7 +1,8 @@
 // The integer tensor-core matmul for Q4_K weights: y[r][o] = sum_k W[o][k] x[r][k], every row
 // count, with the activations in the CPU's Q8_K format (8-bit, one scale per 256). Calls of
 // more than kImmaGemmMinRows rows go to the tiled prefill kernel (imma_gemm.cu), which gives each
-// row the same bits as this one. imma_matmul_group sends Q6_K weights to imma_q6k.cu.
+// row the same bits as this one. imma_matmul_group sends Q6_K weights to imma_q6k.cu and Q8_0
+// ones to imma_q80.cu.
 //
 // Why. A decode step is bound by how fast the weights stream in, and the f16 tensor-core kernel
 // (mma_matmul.cu) spends ~3 instructions per weight element turning nibbles into f16, so it
@@ -35,6 +36,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/imma_common.cuh"
 #include "backend/cuda/imma_gemm.cuh"
+#include "backend/cuda/imma_q80.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mv_units.cuh"
 
@@ -307,9 +309,16 @@ void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const flo
 
 }  // namespace
 
-bool imma_supports(const Weight& w) { return mv::int8_tensor_core_supports(w.type, w.n_in, w.row_bytes, w.data); }
+// Q8_0 only in the tile layout (imma_q80.cu); GGUF rows of it stay on the f16 kernel.
+bool imma_supports(const Weight& w) {
+  if (w.type == GgmlType::Q8_0) return w.q80_tiles && imma_q80_takes(w.n_in);
+  return mv::int8_tensor_core_supports(w.type, w.n_in, w.row_bytes, w.data);
+}
 
-size_t imma_scratch_bytes(const Weight& w, int rows) { return q8k_layout(w.n_in, (rows + 7) / 8 * 8).bytes; }
+size_t imma_scratch_bytes(const Weight& w, int rows) {
+  if (w.type == GgmlType::Q8_0) return imma_q80_scratch_bytes(w.n_in, rows);
+  return q8k_layout(w.n_in, (rows + 7) / 8 * 8).bytes;
+}
 
 size_t q8k_fused_bytes(int64_t n_in, int rows) { return 2 * q8k_fused_q6k_offset(n_in, (rows + 7) / 8 * 8); }
 
@@ -317,6 +326,7 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
                        cudaStream_t s, const void* quantized) {
   if (n <= 0) return;
   if (ws[0]->type == GgmlType::Q6_K) return imma_q6k_group(ws, ys, n, x, rows, scratch, s, quantized);
+  if (ws[0]->type == GgmlType::Q8_0) return imma_q80_group(ws, ys, n, x, rows, scratch, s);
   const int64_t n_in = ws[0]->n_in;
   const int rows_pad = (rows + 7) / 8 * 8;
   const Q8kLayout l = q8k_layout(n_in, rows_pad);
