@@ -6,7 +6,10 @@
 // (mma_matmul.cu) and the fp32 CUDA-core one (matvec.cu), wherever each takes the weight (so
 // Q4_K and Q6_K show the f16 kernel they replace too). Prints microseconds, weight bytes per second against the
 // device's copy bandwidth (the decode measure) and TFLOPS-equivalent, 2 n_in n_out rows / time
-// (the prefill measure), so a kernel change is judged in one call without a model. For Q6_K the
+// (the prefill measure), so a kernel change is judged in one call without a model. Q8_0's
+// integer kernels (imma_q80.cu, and imma_q80_gemm.cu above 32 rows) read only the tile layout
+// (quant/q80_tiles.h): its "tile layout" lines, beside the f16 kernel on GGUF rows that they
+// replace, and "GEMM alone" on tiles. For Q6_K the
 // imma lines of more than 32 rows are the prefill GEMM (imma_q6k_gemm.cu) with its activation
 // quantizer; "ffn down" and "attn k" (the shape of attn_v) at 512 and 4096 rows are the ones its
 // block shapes were chosen for. Q5_K takes the integer kernels in its tile layout only
@@ -30,6 +33,7 @@
 #include "quant/iq4xs_tiles.h"
 #include "quant/q4k_tiles.h"
 #include "quant/q5k_tiles.h"
+#include "quant/q80_tiles.h"
 #include "quant/quantize.h"
 #include "quant/types.h"
 
@@ -161,23 +165,26 @@ int main(int argc, char** argv) {
       check(cudaMalloc(reinterpret_cast<void**>(&y), size_t(max_rows) * size_t(sh.n_out) * sizeof(float)), "cudaMalloc (y)");
       check(cudaMemcpy(x, xh.data(), xh.size() * sizeof(float), cudaMemcpyHostToDevice), "upload x");
       Weight w0{t, sh.n_in, sh.n_out, dev, row_bytes};
-      // Q4_K, Q5_K, IQ4_XS: the same copies in the tile layout (quant/q4k_tiles.h, q5k_tiles.h,
-      // iq4xs_tiles.h), as CudaBackend::upload_matrix stores them (Q5_K's and IQ4_XS's integer
-      // kernels read only those).
-      const bool q5k = t == GgmlType::Q5_K, iq4 = t == GgmlType::IQ4_XS;
-      const bool tiles_only = q5k || iq4;  // no GGUF-row integer kernel to compare with
+      // Q4_K, Q5_K, IQ4_XS, Q8_0: the same copies in the tile layout (quant/q4k_tiles.h,
+      // q5k_tiles.h, iq4xs_tiles.h, q80_tiles.h), as CudaBackend::upload_matrix stores them (the
+      // integer kernels of Q5_K, IQ4_XS and Q8_0 read only those).
+      const bool q5k = t == GgmlType::Q5_K, iq4 = t == GgmlType::IQ4_XS, q80 = t == GgmlType::Q8_0;
+      const bool tiles_only = q5k || iq4 || q80;  // no GGUF-row integer kernel to compare with
       Weight tile_probe = w0;  // (imma_supports: whether the tile kernels take it)
       tile_probe.q5k_tiles = q5k;
       tile_probe.iq4xs_tiles = iq4;
+      tile_probe.q80_tiles = q80;
       uint8_t* tiles_dev = nullptr;
       size_t tiles_stride = 0;
       if ((t == GgmlType::Q4_K || tiles_only) && df::cuda::imma_supports(tile_probe)) {
         const int n_sb = int(sh.n_in / 256);
         std::vector<uint8_t> tiles(q5k   ? df::q5k_tiles_bytes(sh.n_out, n_sb)
                                    : iq4 ? df::iq4xs_tiles_bytes(sh.n_out, n_sb)
+                                   : q80 ? df::q80_tiles_bytes(sh.n_out, n_sb)
                                          : df::q4k_tiles_bytes(sh.n_out, n_sb));
         if (q5k) df::q5k_to_tiles(host.data(), sh.n_out, n_sb, tiles.data());
         else if (iq4) df::iq4xs_to_tiles(host.data(), sh.n_out, n_sb, tiles.data());
+        else if (q80) df::q80_to_tiles(host.data(), sh.n_out, n_sb, tiles.data());
         else df::q4k_to_tiles(host.data(), sh.n_out, n_sb, tiles.data());
         tiles_stride = (tiles.size() + 255) / 256 * 256;
         check(cudaMalloc(reinterpret_cast<void**>(&tiles_dev), tiles_stride * size_t(copies)), "cudaMalloc (tiles)");
@@ -191,17 +198,17 @@ int main(int argc, char** argv) {
         Weight tw{t, sh.n_in, sh.n_out, tiles_dev + tiles_stride * copy, row_bytes, /*q4k_tiles=*/!tiles_only};
         tw.q5k_tiles = q5k;
         tw.iq4xs_tiles = iq4;
+        tw.q80_tiles = q80;
         return tw;
       };
-      // What the GEMM-alone lines multiply: Q4_K's GGUF rows, Q5_K's and IQ4_XS's tiles.
-      const bool gemm_alone = (t == GgmlType::Q4_K && df::cuda::imma_supports(w0)) || (tiles_only && tiles_dev != nullptr);
-      auto gemm_weight = [&](const Weight& w) { return tiles_only ? tiles_of(w) : w; };
       auto imma = [&](const Weight& w, int rows) {
         const Weight* ws[1] = {&w};
         float* ys[1] = {y};
         df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, s);
       };
-      const size_t scratch_bytes = std::max(df::cuda::imma_scratch_bytes(w0, max_rows), df::cuda::mma_scratch_bytes(w0, max_rows));
+      const size_t scratch_bytes =
+          std::max({df::cuda::imma_scratch_bytes(w0, max_rows), df::cuda::mma_scratch_bytes(w0, max_rows),
+                    df::cuda::imma_q80_scratch_bytes(sh.n_in, max_rows)});
       check(cudaMalloc(&scratch, scratch_bytes), "cudaMalloc (scratch)");
 
       struct Kernel {
@@ -218,10 +225,16 @@ int main(int argc, char** argv) {
                         df::cuda::q4k_pattern_probe(w.data, sh.n_in, sh.n_out, row_bytes, tile, ahead, sink, s);
                       }};
       };
+      // The GEMMs alone: Q4_K on GGUF rows, Q5_K, IQ4_XS and Q8_0 on tiles (the only layout their
+      // GEMMs read); Q8_0 with its own activation format.
+      auto gemm_quantize = [&](int rows) {
+        if (q80) df::cuda::imma_quantize_q80(x, sh.n_in, rows, scratch, s);
+        else df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s);
+      };
+      auto gemm_weight = [&](const Weight& w) { return tiles_only ? tiles_of(w) : w; };
+      const bool gemm_alone = (t == GgmlType::Q4_K && df::cuda::imma_supports(w0)) || (tiles_only && tiles_dev != nullptr);
       auto gemm_shape = [&](const char* name, df::cuda::ImmaGemmShape shape) {
-        return Kernel{name, gemm_alone, 128, max_rows,
-                      [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
-                      [&, shape](const Weight& w, int rows) {
+        return Kernel{name, gemm_alone, 128, max_rows, gemm_quantize, [&, shape](const Weight& w, int rows) {
                         df::cuda::imma_gemm_quantized(gemm_weight(w), y, rows, scratch, s, shape);
                       }};
       };
@@ -232,15 +245,16 @@ int main(int argc, char** argv) {
              float* ys[1] = {y};
              df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, s);
            }},
-          {"imma GEMM alone (x quantized before)", gemm_alone, df::cuda::kImmaGemmMinRows + 1, max_rows,
-           [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
+          {"imma GEMM alone (x quantized before)", gemm_alone, df::cuda::kImmaGemmMinRows + 1, max_rows, gemm_quantize,
            [&](const Weight& w, int rows) { df::cuda::imma_gemm_quantized(gemm_weight(w), y, rows, scratch, s); }},
           // The same GEMM in each of its block shapes (the default picks one of the first two).
-          gemm_shape("imma GEMM 128x64, 4 warps", df::cuda::ImmaGemmShape::k128x64Warps4),
+          gemm_shape(q80 ? "imma GEMM 128x64, 8 warps" : "imma GEMM 128x64, 4 warps",
+                     df::cuda::ImmaGemmShape::k128x64Warps4),
           gemm_shape("imma GEMM 128x128, 8 warps", df::cuda::ImmaGemmShape::k128x128Warps8),
           gemm_shape("imma GEMM 128x128, 16 warps", df::cuda::ImmaGemmShape::k128x128Warps16),
           {q5k   ? "imma, tile layout (quant/q5k_tiles.h)"
            : iq4 ? "imma, tile layout (quant/iq4xs_tiles.h)"
+           : q80 ? "imma, tile layout (quant/q80_tiles.h)"
                  : "imma, tile layout (quant/q4k_tiles.h)",
            tiles_dev != nullptr, 1, max_rows, nullptr, [&](const Weight& w, int rows) { imma(tiles_of(w), rows); }},
           probe("probe: reads only, GGUF rows, 1 super-block in flight", false, 1),
@@ -251,7 +265,7 @@ int main(int argc, char** argv) {
            [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
           {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, kMvMaxRows, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mv_matmul(w, x, rows, y, s); }}};
-      if (tiles_dev != nullptr && !tiles_only) {  // the tile kernel gives the GGUF kernel's bits (Q5_K, IQ4_XS: tiles only)
+      if (tiles_dev != nullptr && !tiles_only) {  // the tile kernel gives the GGUF kernel's bits (others: tiles only)
         std::string verdict = "equal";
         for (int rows : {1, 2, 8, 9, 16, 32, 33, 512}) {
           const size_t n = size_t(rows) * size_t(sh.n_out);

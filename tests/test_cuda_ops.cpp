@@ -92,6 +92,7 @@
 #include "quant/q4k_tiles.h"
 #include "quant/quantize.h"
 #include "quant/types.h"
+#include "quant/vec_dot.h"
 #include "support/model_runs.h"
 #include "support/subprocess.h"
 #include "backend/cuda/mv_units.cuh"
@@ -587,9 +588,10 @@ TEST_P(CudaMatmul, AgainstExactAndCpu) {
   // (imma_q6k_gemm.cu) where the block count is even (256, 2304, 8448: odd, the f16 kernel);
   // 9216: 36 super-blocks, two per slot, for both types' GEMMs. IQ4_XS (tiles): its decode
   // kernel (imma_iq4xs.cu) up to 32 rows, its GEMM (imma_iq4xs_gemm.cu) above, every case.
-  if (mv::int8_tensor_core_type(t))
+  // Q8_0 tiles (imma_q80.cu, imma_q80_gemm.cu): the same list, and 32 rows (four live n-tiles).
+  if (mv::int8_tensor_core_type(t) || t == GgmlType::Q8_0)
     cases.insert(cases.end(), {{256, 37, 33}, {1024, 300, 64}, {6144, 37, 100}, {2304, 129, 257}, {512, 300, 512},
-                               {8448, 37, 70}, {9216, 45, 100}});
+                               {8448, 37, 70}, {9216, 45, 100}, {2048, 40, 32}});
   const bool has_min = t == GgmlType::Q4_1 || t == GgmlType::Q5_1;
   uint64_t seed = 1000 + uint64_t(t) * 100;
   for (const auto& c : cases) {
@@ -597,48 +599,57 @@ TEST_P(CudaMatmul, AgainstExactAndCpu) {
     const std::vector<float> x = make_activations(c.rows, c.n_in, seed++);
     const std::vector<double> e = activation_rounding(t, x, c.rows, c.n_in);
     Weight w[2];
-    for (int s = 0; s < 2; ++s) w[s] = product_weight(*be_[s], hw);
-    if (t == GgmlType::IQ4_XS) ASSERT_TRUE(w[1].iq4xs_tiles && cuda::imma_supports(w[1])) << "not on the integer kernels";
-    Twin<float> xd(be(), x), yd(be(), std::vector<float>(size_t(c.rows) * c.n_out, kPoison));
-    both([&](Backend& b, int s) { b.matmul(w[s], xd[s], c.rows, yd[s]); });
-    const auto cpu = yd.get(0), gpu = yd.get(1);
-    std::ostringstream name;
-    name << "matmul " << type_name(t) << " " << c.n_in << "x" << c.n_out << " rows=" << c.rows;
-    Check vs_exact(name.str() + " vs exact"), vs_cpu(name.str() + " vs cpu");
-    for (int r = 0; r < c.rows; ++r)
-      for (int64_t o = 0; o < c.n_out; ++o) {
-        double ref = 0, mag = 0, act = 0, abs_sum = 0;
-        for (int64_t k = 0; k < c.n_in; ++k) {
-          const double wk = hw.W[size_t(o * c.n_in + k)], xk = x[size_t(r * c.n_in + k)];
-          ref += wk * xk;
-          mag += std::fabs(wk * xk);
-          abs_sum += std::fabs(wk) + std::fabs(xk);
-          act += std::fabs(wk) * e[size_t(r * c.n_in + k)];
-          // Q4_1/Q5_1 add m * s per block, s = f16(d_x sum q_x): 2^-11 of sum |x^|, doubled.
-          if (has_min && k % 32 == 0) {
-            const uint8_t* blk = hw.bytes.data() + size_t(o) * hw.row_bytes + size_t(k / 32) * type_traits(t).type_size;
-            double xs = 0;
-            for (int64_t j = k; j < k + 32; ++j) xs += std::fabs(double(x[size_t(r * c.n_in + j)]));
-            act += std::fabs(half_value(blk + 2)) * 0x1p-10 * xs;
+    for (int s = 0; s < 2; ++s)
+      w[s] = Weight{t, c.n_in, c.n_out, be_[s]->weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
+    // The CUDA side in GGUF rows, and as upload_matrix stores it where that is a tile layout
+    // (Q4_K: the same kernels' bits; Q8_0: the integer kernels, which only read tiles).
+    std::vector<Weight> gpu_ws = {w[1]};
+    const Weight up = gpu().upload_matrix(Weight{t, c.n_in, c.n_out, hw.bytes.data(), hw.row_bytes});
+    if (up.tiled()) gpu_ws.push_back(up);
+    for (const Weight& wg : gpu_ws) {
+      Twin<float> xd(be(), x), yd(be(), std::vector<float>(size_t(c.rows) * c.n_out, kPoison));
+      both([&](Backend& b, int s) { b.matmul(s == 0 ? w[0] : wg, xd[s], c.rows, yd[s]); });
+      const auto cpu = yd.get(0), gpu = yd.get(1);
+      std::ostringstream name;
+      name << "matmul " << type_name(t) << (wg.tiled() ? " tiles " : " ") << c.n_in << "x" << c.n_out
+           << " rows=" << c.rows;
+      Check vs_exact(name.str() + " vs exact"), vs_cpu(name.str() + " vs cpu");
+      const bool int8 = cuda::imma_supports(wg);  // (device copies are 256-byte aligned)
+      for (int r = 0; r < c.rows; ++r)
+        for (int64_t o = 0; o < c.n_out; ++o) {
+          double ref = 0, mag = 0, act = 0, abs_sum = 0;
+          for (int64_t k = 0; k < c.n_in; ++k) {
+            const double wk = hw.W[size_t(o * c.n_in + k)], xk = x[size_t(r * c.n_in + k)];
+            ref += wk * xk;
+            mag += std::fabs(wk * xk);
+            abs_sum += std::fabs(wk) + std::fabs(xk);
+            act += std::fabs(wk) * e[size_t(r * c.n_in + k)];
+            // Q4_1/Q5_1 add m * s per block, s = f16(d_x sum q_x): 2^-11 of sum |x^|, doubled.
+            if (has_min && k % 32 == 0) {
+              const uint8_t* blk = hw.bytes.data() + size_t(o) * hw.row_bytes + size_t(k / 32) * type_traits(t).type_size;
+              double xs = 0;
+              for (int64_t j = k; j < k + 32; ++j) xs += std::fabs(double(x[size_t(r * c.n_in + j)]));
+              act += std::fabs(half_value(blk + 2)) * 0x1p-10 * xs;
+            }
           }
+          const size_t i = size_t(r) * c.n_out + o;
+          double tol = red_tol(c.n_in) * mag + 1e-30;
+          // Types the tensor-core kernel takes (other shapes of them get the fp32 kernels and
+          // meet this looser bound all the same).
+          if (mv::tensor_core_type(t)) tol = mag * (0x1p-10 + (double(c.n_in) / 16 + 16) * 0x1p-23) + 0x1p-25 * abs_sum + 1e-30;
+          if (int8) {
+            // 8-bit activations as the CPU's (Q8_K; Q8_0 for Q8_0): vs exact, their rounding plus
+            // float sums of scaled integer terms (each up to ~4x the |w x| it stands for, so 8
+            // red_tol); vs the CPU, which has the same integers, the float summation order alone.
+            const double sums = 8 * red_tol(c.n_in) * (mag + act) + 1e-30;
+            vs_exact.add(gpu[i], ref, sums + act * 1.01, i);
+            vs_cpu.add(gpu[i], cpu[i], 2 * sums, i);
+            continue;
+          }
+          vs_exact.add(gpu[i], ref, tol, i);
+          vs_cpu.add(gpu[i], cpu[i], 2 * tol + act * 1.01, i);
         }
-        const size_t i = size_t(r) * c.n_out + o;
-        double tol = red_tol(c.n_in) * mag + 1e-30;
-        // Types the tensor-core kernel takes (other shapes of them get the fp32 kernels and
-        // meet this looser bound all the same).
-        if (mv::tensor_core_type(t)) tol = mag * (0x1p-10 + (double(c.n_in) / 16 + 16) * 0x1p-23) + 0x1p-25 * abs_sum + 1e-30;
-        if (mv::int8_tensor_core_supports(t, c.n_in, hw.row_bytes, nullptr)) {  // device copies: 256-aligned
-          // Q8_K activations, as the CPU's: vs exact, their rounding plus float sums of scaled
-          // integer terms (each up to ~4x the |w x| it stands for, so 8 red_tol); vs the CPU,
-          // which has the same integers, the float summation order alone.
-          const double sums = 8 * red_tol(c.n_in) * (mag + act) + 1e-30;
-          vs_exact.add(gpu[i], ref, sums + act * 1.01, i);
-          vs_cpu.add(gpu[i], cpu[i], 2 * sums, i);
-          continue;
-        }
-        vs_exact.add(gpu[i], ref, tol, i);
-        vs_cpu.add(gpu[i], cpu[i], 2 * tol + act * 1.01, i);
-      }
+    }
   }
 }
 
@@ -660,8 +671,10 @@ TEST_P(CudaMatmul, EmbedIsExact) {
 
 // A row's product must not depend on the other rows of the call (the model's batch-invariance
 // test relies on it): each row of a 40-row product, computed within calls of 1, 2, 3, 5, 8, 16,
-// 17, 33 and 40 rows (every kernel shape and row-group split; for Q4_K, Q6_K and IQ4_XS, 33 and
-// 40 rows take the prefill GEMMs and the rest the decode kernels), is bit-identical.
+// 17, 33 and 40 rows (every kernel shape and row-group split; for the integer kernels' types, 33
+// and 40 rows take the prefill GEMMs and the rest the decode kernels), is bit-identical; in GGUF
+// rows and, where upload_matrix makes one, the tile layout (the integer kernels of Q5_K, IQ4_XS and
+// Q8_0 only read tiles).
 TEST_P(CudaMatmul, RowsAreBatchInvariant) {
   const GgmlType t = GetParam();
   const bool fl = type_traits(t).block_size == 1;
@@ -673,27 +686,31 @@ TEST_P(CudaMatmul, RowsAreBatchInvariant) {
     const int rows = 40;
     const HostWeight hw = make_weight(t, n_in, n_out, 4242 + uint64_t(t));
     const std::vector<float> x = make_activations(rows, n_in, 99 + uint64_t(t));
-    const Weight w = product_weight(gpu(), hw);
-    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
-    float* yd = static_cast<float*>(gpu().alloc(size_t(rows) * n_out * sizeof(float)));
-    gpu().upload(xd, x.data(), x.size() * sizeof(float));
-    const std::vector<float> poison(size_t(rows) * n_out, kPoison);
-    gpu().upload(yd, poison.data(), poison.size() * sizeof(float));
-    gpu().matmul(w, xd, rows, yd);
-    std::vector<float> all(poison.size()), part(poison.size());
-    gpu().download(all.data(), yd, all.size() * sizeof(float));
-    for (int width : {1, 2, 3, 5, 8, 16, 17, 33}) {
+    std::vector<Weight> layouts = {Weight{t, n_in, n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes}};
+    const Weight up = gpu().upload_matrix(Weight{t, n_in, n_out, hw.bytes.data(), hw.row_bytes});
+    if (up.tiled()) layouts.push_back(up);
+    for (const Weight& w : layouts) {
+      float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
+      float* yd = static_cast<float*>(gpu().alloc(size_t(rows) * n_out * sizeof(float)));
+      gpu().upload(xd, x.data(), x.size() * sizeof(float));
+      const std::vector<float> poison(size_t(rows) * n_out, kPoison);
       gpu().upload(yd, poison.data(), poison.size() * sizeof(float));
-      for (int r0 = 0; r0 < rows; r0 += width)
-        gpu().matmul(w, xd + size_t(r0) * n_in, std::min(width, rows - r0), yd + size_t(r0) * n_out);
-      gpu().download(part.data(), yd, part.size() * sizeof(float));
-      std::ostringstream name;
-      name << "matmul " << type_name(t) << " " << n_in << "x" << n_out << " rows in calls of " << width
-           << " vs one call of " << rows;
-      Check(name.str()).exact(part, all);
+      gpu().matmul(w, xd, rows, yd);
+      std::vector<float> all(poison.size()), part(poison.size());
+      gpu().download(all.data(), yd, all.size() * sizeof(float));
+      for (int width : {1, 2, 3, 5, 8, 16, 17, 33}) {
+        gpu().upload(yd, poison.data(), poison.size() * sizeof(float));
+        for (int r0 = 0; r0 < rows; r0 += width)
+          gpu().matmul(w, xd + size_t(r0) * n_in, std::min(width, rows - r0), yd + size_t(r0) * n_out);
+        gpu().download(part.data(), yd, part.size() * sizeof(float));
+        std::ostringstream name;
+        name << "matmul " << type_name(t) << (w.tiled() ? " tiles " : " ") << n_in << "x" << n_out
+             << " rows in calls of " << width << " vs one call of " << rows;
+        Check(name.str()).exact(part, all);
+      }
+      gpu().release(yd);
+      gpu().release(xd);
     }
-    gpu().release(yd);
-    gpu().release(xd);
   }
 }
 
@@ -760,10 +777,14 @@ struct GemmCase {
 // Chosen rows of one call of c.rows rows of a t weight (the prefill GEMM above 32 rows) equal,
 // memcmp-equal, the same rows in calls of their own: 1 row and 33 rows starting there (the
 // decode kernel, and the GEMM at another tile alignment). Outputs start as NaN.
-void expect_gemm_rows_equal_decode_rows(Backend& gpu, GgmlType t, const GemmCase& c, uint64_t seed) {
+void expect_gemm_rows_equal_decode_rows(Backend& gpu, GgmlType t, const GemmCase& c, uint64_t seed,
+                                        bool upload_matrix = false) {
   const HostWeight hw = make_weight(t, c.n_in, c.n_out, seed);
   const std::vector<float> x = make_activations(c.rows, c.n_in, seed + 100);
-  const Weight w = product_weight(gpu, hw);
+  const Weight w = upload_matrix
+                       ? gpu.upload_matrix(Weight{t, c.n_in, c.n_out, hw.bytes.data(), hw.row_bytes})
+                       : product_weight(gpu, hw);
+  EXPECT_TRUE(!upload_matrix || w.tiled()) << "upload_matrix kept " << type_name(t) << " in rows";
   const size_t n_out = size_t(c.n_out);
   const std::vector<float> poison(size_t(c.rows) * n_out, kPoison);
   float* xd = static_cast<float*>(gpu.alloc(x.size() * sizeof(float)));
@@ -817,6 +838,15 @@ TEST_F(CudaOps, Iq4xsGemmRowsEqualDecodeRows) {
   for (const GemmCase& c : {GemmCase{5120, 300, 300}, GemmCase{8448, 37, 300}, GemmCase{17408, 130, 300},
                             GemmCase{1024, 12000, 600}, GemmCase{8448, 3000, 2500}})
     expect_gemm_rows_equal_decode_rows(gpu(), GgmlType::IQ4_XS, c, 7300 + uint64_t(c.n_in));
+}
+
+// The Q8_0 prefill GEMM (imma_q80_gemm.cu) gives each row the bits the decode kernel
+// (imma_q80.cu) gives it in a call of its own, on tiles (upload_matrix), in the same shapes as
+// Q4kGemmRowsEqualDecodeRows: one, two and three super-blocks a slot, both default block shapes.
+TEST_F(CudaOps, Q80GemmRowsEqualDecodeRows) {
+  for (const GemmCase& c : {GemmCase{5120, 300, 300}, GemmCase{8448, 37, 300}, GemmCase{17408, 130, 300},
+                            GemmCase{1024, 12000, 600}, GemmCase{8448, 3000, 2500}})
+    expect_gemm_rows_equal_decode_rows(gpu(), GgmlType::Q8_0, c, 7300 + uint64_t(c.n_in), /*upload_matrix=*/true);
 }
 
 // Rows beyond f16's range (|x| >= 65504, as large models' SwiGLU outputs can be) on the f16
@@ -1311,13 +1341,16 @@ TEST_F(CudaOps, GdnDeltaRule) {
 // Whole models
 
 // Which CUDA kernel takes this weight (device copies are 256-byte aligned, so the alignment
-// tests pass): the integer tensor-core one (imma_supports: the CPU's Q8_K activations) or the f16
-// tensor-core one (mma_supports: f16 weights and activations). IQ4_XS takes the integer one only
-// as tiles, which CudaBackend::upload_matrix makes (as_matrix: the weight came through it; a tied
-// LM head is the embedding table, bound with weight_data, so its rows go to the f16 kernel).
+// tests pass): an integer tensor-core one (imma_supports: the CPU's Q8_K activations, and Q8_0
+// for the Q8_0 matrices that upload_matrix tiles, as the default backend does) or the f16
+// tensor-core one (mma_supports: f16 weights and activations). Q5_K, IQ4_XS and Q8_0 take the
+// integer ones only as tiles, which CudaBackend::upload_matrix makes (as_matrix: the weight came
+// through it; a tied LM head is the embedding table, bound with weight_data, so its rows go to the
+// f16 kernel).
 bool cuda_uses_q8k(const Weight& w, bool as_matrix) {
+  if (w.type == GgmlType::Q8_0) return as_matrix && cuda::imma_q80_takes(w.n_in);
   return mv::int8_tensor_core_supports(w.type, w.n_in, w.row_bytes, nullptr) &&
-         (w.type != GgmlType::IQ4_XS || as_matrix);
+         ((w.type != GgmlType::IQ4_XS && w.type != GgmlType::Q5_K) || as_matrix);
 }
 bool cuda_rounds_to_f16(const Weight& w, bool as_matrix) {
   return !cuda_uses_q8k(w, as_matrix) && mv::tensor_core_supports(w.type, w.n_in, w.row_bytes, nullptr);
@@ -1512,15 +1545,16 @@ TEST_P(CudaModel, LogitsAndGreedyMatchCpu) {
   // L2 error of 4e-2-8e-2). Measured on an H200: max 1.8e-2, relative L2 1e-3. Bounds: 5e-2 and
   // 5e-3, with the greedy check below unchanged.
   const bool tensor_cores = std::string(mc.type) != "f32" && std::string(mc.type) != "bf16";
-  // Q4_K, Q5_K and Q6_K matrices (q4_k, q5_k, and most of mix-q4_k_m) take 8-bit Q8_K activations on both
-  // sides (imma_matmul.cu, imma_q6k.cu; the reference uses the plain CPU product for them).
+  // Q4_K, Q5_K and Q6_K matrices (q4_k, q5_k, and most of mix-q4_k_m) take 8-bit Q8_K activations
+  // on both sides (imma_matmul.cu, imma_q6k.cu; the reference uses the plain CPU product for them),
+  // and Q8_0 ones (q8_0, tiled by default) Q8_0 activations (imma_q80.cu), the same way.
   // Same inputs give the same integers, but an input one ulp apart can round to the next 8-bit
   // step, a jump of 1/127 of its 256-block's largest value (f16: 2^-11 of the element), which
   // these models amplify as above. Measured on an H200 with Q4_K alone on the integer path:
   // max 0.34, relative L2 1.7e-2 (the plain CPU's own 8-bit activations vs f32: 4e-2-8e-2).
   // Bounds: 0.6 and 5e-2; greedy as below.
-  const bool q8k =
-      std::string(mc.type) == "q4_k" || std::string(mc.type) == "q5_k" || std::string(mc.type) == "mix-q4_k_m";
+  const bool q8k = std::string(mc.type) == "q4_k" || std::string(mc.type) == "q5_k" ||
+                   std::string(mc.type) == "mix-q4_k_m" || std::string(mc.type) == "q8_0";
   const double mx_bound = q8k ? 0.6 : tensor_cores ? 5e-2 : 2e-3;
   EXPECT_LT(mx_32, mx_bound) << tag << ": prompt logits vs the f32 CPU, f32 KV cache";
   EXPECT_LT(mx_r, q8k ? 0.6 : tensor_cores ? 5e-2 : 5e-3) << tag << ": prompt logits vs the f32 CPU, f16 KV cache";
@@ -1749,7 +1783,7 @@ std::vector<int32_t> greedy_ids(TargetModel& tm, const std::vector<int32_t>& pro
   return ids;
 }
 
-// A model whose Q4_K matrices are stored as tiles (make_cuda_backend's q4k_tiles) computes the
+// A model whose Q4_K matrices are stored as tiles (make_cuda_backend's tiles) computes the
 // very logits of the GGUF-row one, step by step, direct and replayed as CUDA graphs (whose tapes
 // must carry the layout: a replay that read tiles as rows gave garbage on the H200), and the
 // same greedy ids through the device argmax.
@@ -1759,7 +1793,7 @@ TEST(CudaGraphs, Q4kTilesGiveTheSameLogits) {
   for (const auto& [arch, type] : {std::pair{"qwen3", "q4_k"}, std::pair{"qwen35", "q4_k"}, std::pair{"qwen35", "mix-q4_k_m"}}) {
     SCOPED_TRACE(std::string(arch) + " " + type);
     auto file = gguf::File::open(make_graph_test_model(dir, arch, type, 43));
-    auto rows = make_cuda_backend(0, false, /*q4k_tiles=*/false);
+    auto rows = make_cuda_backend(0, false, /*tiles=*/false);
     auto tiles_direct = make_cuda_backend(0, false, true), tiles_graphs = make_cuda_backend(0, true, true);
     TargetModel tr(*file, *rows, ModelOptions{}), td(*file, *tiles_direct, ModelOptions{}),
         tg(*file, *tiles_graphs, ModelOptions{});
@@ -2938,7 +2972,7 @@ TEST(CudaFusedQ8k, SwigluGatedNormAndGateProductsEqualUnfused) {
 // group of two tiled weights; outputs poisoned before each run. An embedding lookup of a tiled
 // matrix is refused.
 TEST_F(CudaOps, Q4kTiledWeightsEqualRows) {
-  gpu_ = make_cuda_backend(0, true, /*q4k_tiles=*/true);  // upload_matrix tiles Q4_K (the default)
+  gpu_ = make_cuda_backend(0, true, /*tiles=*/true);  // upload_matrix tiles Q4_K (the default)
   struct Shape {
     int64_t n_in, n_out;
   };
@@ -3209,6 +3243,167 @@ TEST_F(CudaOps, Iq4xsTilesOnlyWhereTheIntegerKernelsReadThem) {
                                   : 8 * red_tol(n_in) * (mag + act) + act * 1.01 + 1e-30;
         c.add(y[s][size_t(r) * n_out + o], ref, tol, size_t(r) * n_out + o);
       }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q8_0 on integer tensor cores (imma_q80.cu, imma_q80_gemm.cu; weights as quant/q80_tiles.h)
+
+// The Q8_0 products' activation quantizer (imma_quantize_q80) writes the CPU's Q8_0 blocks (what
+// quantize_activation_row gives a Q8_0 weight's product): every int8 value and every block scale
+// (the f16 the CPU stores, widened) equal, for rows of every scale (make_activations: 1e-2 ..
+// 1e2, a zero row), rows 1 .. 40 (padding rows zeros with zero scales) and, in row 0, blocks
+// with a tie at the max, exact halves (x id = k + 0.5: rounded away from zero), one nonzero
+// element, values whose scale underflows f16 (d = 0 stored, nonzero quants) and one that
+// overflows it (inf).
+TEST_F(CudaOps, Q80ActivationsAreTheCpuBytes) {
+  for (const auto& [rows, n_in] : {std::pair<int, int64_t>{1, 256}, {7, 1024}, {16, 5120}, {33, 512}, {40, 17408}}) {
+    std::vector<float> x = make_activations(rows, n_in, 8100 + uint64_t(rows));
+    float* b = x.data();  // row 0's blocks 0..5
+    for (int k = 0; k < 32; ++k) b[k] = k % 2 ? 3.0f : -3.0f;                    // tie: -3 first
+    for (int k = 0; k < 32; ++k) b[32 + k] = k == 0 ? 127.0f : float(k % 7) - 3.5f;  // d = 1: halves
+    for (int k = 0; k < 32; ++k) b[64 + k] = k == 17 ? 1e-3f : 0.0f;             // one nonzero
+    for (int k = 0; k < 32; ++k) b[96 + k] = 1e-30f * float(k - 13);              // f16(d) = 0
+    for (int k = 0; k < 32; ++k) b[128 + k] = 1e8f * float(k - 20);               // f16(d) = inf
+    for (int k = 0; k < 32; ++k) b[160 + k] = float(k) * 0.25f - 4.0f;
+    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
+    gpu().upload(xd, x.data(), x.size() * sizeof(float));
+    const size_t bytes = cuda::imma_q80_scratch_bytes(n_in, rows);
+    void* scratch = gpu().alloc(bytes);
+    const std::vector<uint8_t> pattern(bytes, 0xA5);  // so that unwritten bytes show
+    gpu().upload(scratch, pattern.data(), bytes);
+    gpu().synchronize();
+    cuda::imma_quantize_q80(xd, n_in, rows, scratch, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const int rows_pad = (rows + 7) / 8 * 8;
+    const int64_t n_blk = n_in / 32;
+    std::vector<int8_t> q(size_t(rows_pad) * size_t(n_in));
+    std::vector<float> d(size_t(n_blk) * size_t(rows_pad));
+    gpu().download(q.data(), scratch, q.size());
+    gpu().download(d.data(), static_cast<uint8_t*>(scratch) + cuda::imma_q80_scales_offset(n_in, rows),
+                   d.size() * sizeof(float));
+    std::vector<uint8_t> cpu(activation_row_size(GgmlType::Q8_0, n_in));
+    int64_t bad = 0;
+    std::string first;
+    for (int r = 0; r < rows_pad; ++r) {
+      if (r < rows) quantize_activation_row(GgmlType::Q8_0, x.data() + size_t(r) * size_t(n_in), cpu.data(), n_in);
+      else std::fill(cpu.begin(), cpu.end(), uint8_t(0));
+      for (int64_t k = 0; k < n_blk; ++k) {
+        const uint8_t* blk = cpu.data() + 34 * size_t(k);
+        uint16_t h;
+        std::memcpy(&h, blk, 2);
+        const float got_d = d[(size_t(k / 8) * size_t(rows_pad) + size_t(r)) * 8 + size_t(k % 8)];
+        bool same = float_bits(got_d) == float_bits(f16_to_f32(h));
+        for (int j = 0; j < 32; ++j) same = same && q[size_t(r) * size_t(n_in) + 32 * size_t(k) + size_t(j)] == int8_t(blk[2 + j]);
+        if (!same && bad++ == 0)
+          first = "row " + std::to_string(r) + " block " + std::to_string(k) + " (scale " + std::to_string(got_d) +
+                  " vs " + std::to_string(f16_to_f32(h)) + ")";
+      }
+    }
+    EXPECT_EQ(bad, 0) << rows << " x " << n_in << ": " << bad << " blocks differ from the CPU's, first " << first;
+    std::cout << "[cuda-err] Q8_0 activations " << std::left << std::setw(40)
+              << (std::to_string(rows) + " x " + std::to_string(n_in)) << std::right
+              << (bad == 0 ? " bytes equal" : "  FAILED") << "\n";
+    gpu().release(scratch);
+    gpu().release(xd);
+  }
+}
+
+// Q8_0 matrices stored as tiles (upload_matrix): groups sharing an input (matmul_shared_input:
+// one quantization and shared launches, five Q8_0 weights of one n_in so more than one launch,
+// mixed with Q4_K tiles, another n_in and a Q8_0 weight of 992 inputs, which stays in GGUF rows
+// on the f16 kernel) give each output its own matmul's bits at every kernel width (1; 2-8; 9-16;
+// 17-32; the GEMM above); every prefill block shape gives the default's bits (one and two
+// super-blocks a slot, row and output tails); an embedding lookup of a tiled matrix is refused.
+// Outputs poisoned before each run.
+TEST_F(CudaOps, Q80TiledGroupsAndGemmShapes) {
+  struct Spec {
+    GgmlType t;
+    int64_t n_in, n_out;
+  };
+  const std::vector<Spec> specs = {{GgmlType::Q8_0, 1024, 45}, {GgmlType::Q8_0, 1024, 130}, {GgmlType::Q4_K, 1024, 37},
+                                   {GgmlType::Q8_0, 1024, 16}, {GgmlType::Q8_0, 2048, 20},  {GgmlType::Q8_0, 1024, 3},
+                                   {GgmlType::Q8_0, 992, 9},   {GgmlType::Q8_0, 1024, 7}};
+  std::vector<Weight> ws;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const HostWeight hw = make_weight(specs[i].t, specs[i].n_in, specs[i].n_out, 8300 + i);
+    ws.push_back(gpu().upload_matrix(Weight{hw.type, hw.n_in, hw.n_out, hw.bytes.data(), hw.row_bytes}));
+    EXPECT_EQ(ws.back().tiled(), specs[i].n_in % 256 == 0) << "weight " << i;
+  }
+  auto get = [&](float* p, size_t n) {
+    std::vector<float> v(n);
+    gpu().download(v.data(), p, n * sizeof(float));
+    return v;
+  };
+  for (int rows : {1, 3, 8, 9, 16, 17, 32, 40, 300}) {
+    const std::vector<float> x = make_activations(rows, 2048, 8400 + uint64_t(rows));
+    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
+    gpu().upload(xd, x.data(), x.size() * sizeof(float));
+    std::vector<float*> sep, grp;
+    std::vector<const Weight*> wp;
+    for (const Weight& w : ws) {
+      const std::vector<float> poison(size_t(rows) * size_t(w.n_out), kPoison);
+      for (auto* v : {&sep, &grp}) {
+        v->push_back(static_cast<float*>(gpu().alloc(poison.size() * sizeof(float))));
+        gpu().upload(v->back(), poison.data(), poison.size() * sizeof(float));
+      }
+      wp.push_back(&w);
+      gpu().matmul(w, xd, rows, sep.back());
+    }
+    gpu().matmul_shared_input(wp.data(), grp.data(), int(ws.size()), xd, rows);
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const size_t n = size_t(rows) * size_t(ws[i].n_out);
+      const std::vector<float> a = get(sep[i], n), b = get(grp[i], n);
+      std::ostringstream name;
+      name << "matmul_shared_input " << type_name(ws[i].type) << (ws[i].tiled() ? " tiles " : " ") << ws[i].n_in
+           << "x" << ws[i].n_out << " rows=" << rows << " vs its own matmul";
+      Check(name.str()).exact(b, a);
+      EXPECT_TRUE(std::none_of(a.begin(), a.end(), [](float v) { return std::isnan(v); })) << name.str();
+      gpu().release(sep[i]);
+      gpu().release(grp[i]);
+    }
+    gpu().release(xd);
+  }
+
+  struct Case {
+    int64_t n_in, n_out;
+    int rows;
+  };
+  uint64_t seed = 8500;
+  for (const Case c : {Case{512, 300, 100}, Case{1024, 129, 257}, Case{8448, 37, 70}, Case{2304, 256, 512}}) {
+    const HostWeight hw = make_weight(GgmlType::Q8_0, c.n_in, c.n_out, seed++);
+    const std::vector<float> x = make_activations(c.rows, c.n_in, seed++);
+    const Weight w = gpu().upload_matrix(Weight{GgmlType::Q8_0, c.n_in, c.n_out, hw.bytes.data(), hw.row_bytes});
+    ASSERT_TRUE(w.q80_tiles);
+    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
+    gpu().upload(xd, x.data(), x.size() * sizeof(float));
+    const size_t n = size_t(c.rows) * size_t(c.n_out);
+    const std::vector<float> poison(n, kPoison);
+    float* yd = static_cast<float*>(gpu().alloc(n * sizeof(float)));
+    gpu().upload(yd, poison.data(), n * sizeof(float));
+    gpu().matmul(w, xd, c.rows, yd);
+    const std::vector<float> want = get(yd, n);
+    EXPECT_TRUE(std::none_of(want.begin(), want.end(), [](float v) { return std::isnan(v); })) << "unwritten outputs";
+    void* scratch = gpu().alloc(cuda::imma_scratch_bytes(w, c.rows));
+    gpu().synchronize();
+    cuda::imma_quantize_q80(xd, c.n_in, c.rows, scratch, nullptr);
+    for (cuda::ImmaGemmShape shape : {cuda::ImmaGemmShape::kAuto, cuda::ImmaGemmShape::k128x64Warps4,
+                                      cuda::ImmaGemmShape::k128x128Warps8, cuda::ImmaGemmShape::k128x128Warps16}) {
+      gpu().upload(yd, poison.data(), n * sizeof(float));
+      gpu().synchronize();
+      cuda::imma_gemm_quantized(w, yd, c.rows, scratch, nullptr, shape);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "shape " << int(shape);
+      EXPECT_EQ(0, std::memcmp(get(yd, n).data(), want.data(), n * sizeof(float)))
+          << "Q8_0 GEMM shape " << int(shape) << " differs from matmul, " << c.n_in << "x" << c.n_out << " rows " << c.rows;
+    }
+    int32_t* tok = static_cast<int32_t*>(gpu().alloc(sizeof(int32_t)));
+    const int32_t zero = 0;
+    gpu().upload(tok, &zero, sizeof(zero));
+    EXPECT_ANY_THROW(gpu().embed(w, tok, 1, yd)) << "an embedding lookup read Q8_0 tiles as rows";
+    gpu().release(tok);
+    gpu().release(scratch);
+    gpu().release(yd);
+    gpu().release(xd);
   }
 }
 

@@ -22,11 +22,12 @@ struct Weight {
   // data holds the Q4_K tile layout (quant/q4k_tiles.h), not GGUF rows: Backend::upload_matrix
   // of a backend whose products read it faster (CUDA); only those products read such weights.
   bool q4k_tiles = false;
-  // The same for Q5_K weights in the Q5_K tile layout (quant/q5k_tiles.h).
+  // The same for Q5_K, IQ4_XS and Q8_0 weights in their tile layouts (quant/q5k_tiles.h,
+  // iq4xs_tiles.h, q80_tiles.h); CUDA's integer kernels read those types only so.
   bool q5k_tiles = false;
-  // data holds the IQ4_XS tile layout (quant/iq4xs_tiles.h), the same way (CUDA's integer
-  // kernels read IQ4_XS only so).
   bool iq4xs_tiles = false;
+  bool q80_tiles = false;
+  bool tiled() const { return q4k_tiles || q5k_tiles || iq4xs_tiles || q80_tiles; }
   explicit operator bool() const { return data != nullptr; }
 };
 
@@ -91,7 +92,8 @@ class Backend {
   virtual const void* weight_data(const void* host, size_t bytes) = 0;
   // A matrix for the products (matmul, matmul_shared_input), host.data its GGUF bytes (as
   // weight_data takes them): a backend may store it in a layout its product kernels read faster
-  // (CUDA: Q4_K and Q5_K as 16-row tiles). Embedding tables, which embed() reads by row, use weight_data.
+  // (CUDA: Q4_K, Q5_K, IQ4_XS and Q8_0 as 16-row tiles). Embedding tables, which embed() reads by
+  // row, use weight_data.
   virtual Weight upload_matrix(const Weight& host) {
     Weight w = host;
     w.data = weight_data(host.data, host.row_bytes * size_t(host.n_out));
@@ -278,8 +280,8 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 // The CUDA backend on GPU `device` (0-based). Throws df::Error when this build has no CUDA
 // backend (configured with DELTAFLASH_CUDA off) or the device cannot be used. cuda_graphs:
 // steps (begin_step/end_step) are replayed as CUDA graphs (backend/cuda/cuda_graphs.h);
-// false launches every op directly. q4k_tiles: CudaBackend's option of the name.
-std::unique_ptr<Backend> make_cuda_backend(int device, bool cuda_graphs = true, bool q4k_tiles = true);
+// false launches every op directly. tiles: CudaBackend's option of the name.
+std::unique_ptr<Backend> make_cuda_backend(int device, bool cuda_graphs = true, bool tiles = true);
 // Usable CUDA devices: 0 when this build has no CUDA backend, or no driver or GPU is present.
 int cuda_device_count();
 

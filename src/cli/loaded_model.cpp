@@ -69,10 +69,10 @@ void add_backend_flags(CLI::App* cmd, LoadOptions& opt) {
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_option("--weight-layout", opt.weight_layout,
-                  "tiles: on CUDA, Q4_K, Q5_K and IQ4_XS matrices are repacked at load into 16-row tiles, which "
-                  "the kernels read faster (Q4_K: same results; Q5_K, IQ4_XS: only tiles take the integer "
-                  "kernels, with the CPU's 8-bit activations, else the f16 ones); gguf: kept in the file's row "
-                  "layout (no effect on the CPU)")
+                  "tiles: on CUDA, Q4_K, Q5_K, IQ4_XS and Q8_0 matrices are repacked at load into 16-row tiles, "
+                  "which the kernels read faster (Q4_K: same results; Q5_K, IQ4_XS, Q8_0: only tiles take the "
+                  "integer kernels, with the CPU's 8-bit activations, else the f16 ones); gguf: kept in the "
+                  "file's row layout (no effect on the CPU)")
       ->check(CLI::IsMember({"tiles", "gguf"}))
       ->capture_default_str();
 }

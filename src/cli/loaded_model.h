@@ -31,7 +31,7 @@ struct LoadOptions {
   bool progress = true;         // progress bar while loading
   bool profile = false;         // wrap the backend in a ProfilingBackend (bench)
   std::string cuda_graphs = "on";  // on: CUDA steps replay as CUDA graphs | off: direct launches
-  std::string weight_layout = "tiles";  // tiles: Q4_K, Q5_K, IQ4_XS repacked for the CUDA kernels | gguf: as in the file
+  std::string weight_layout = "tiles";  // tiles: Q4_K, Q5_K, IQ4_XS, Q8_0 repacked for the CUDA kernels | gguf: as in the file
 };
 
 // Adds --device, --threads, --kv-type, --cuda-graphs and --weight-layout to a subcommand.

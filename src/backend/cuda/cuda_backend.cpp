@@ -13,6 +13,7 @@
 #include "quant/iq4xs_tiles.h"
 #include "quant/q4k_tiles.h"
 #include "quant/q5k_tiles.h"
+#include "quant/q80_tiles.h"
 #include "util/error.h"
 
 namespace df {
@@ -31,8 +32,8 @@ cudaStream_t as_stream(CUstream_st* s) { return s; }
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device, bool fuse_quantize, bool q4k_tiles)
-    : device_(device), fuse_quantize_(fuse_quantize), q4k_tiles_(q4k_tiles) {
+CudaBackend::CudaBackend(int device, bool fuse_quantize, bool tiles)
+    : device_(device), fuse_quantize_(fuse_quantize), tiles_(tiles) {
   check(cudaSetDevice(device), "cudaSetDevice");
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -158,34 +159,37 @@ const void* CudaBackend::weight_data(const void* host, size_t bytes) {
   return dev;
 }
 
-// Q5_K and IQ4_XS take the integer kernels only as tiles: with q4k_tiles_ off they stay in GGUF
+// Q5_K, IQ4_XS and Q8_0 take the integer kernels only as tiles: with tiles_ off they stay in GGUF
 // rows on the f16 kernel (mma_matmul.cu), so for them the two layouts differ by more than speed.
 Weight CudaBackend::upload_matrix(const Weight& host) {
   const bool q5k = host.type == GgmlType::Q5_K;
   Weight probe = host;
   probe.data = nullptr;  // (device allocations are aligned for every kernel)
   probe.q5k_tiles = q5k;
+  Weight iq4_probe = probe;
+  iq4_probe.iq4xs_tiles = true;
   const int n_sb = int(host.n_in / 256);
   const auto* src = static_cast<const uint8_t*>(host.data);
   Weight w = host;
-  if (q4k_tiles_ && (host.type == GgmlType::Q4_K || q5k) && cuda::imma_supports(probe)) {
-    std::vector<uint8_t> tiles(q5k ? q5k_tiles_bytes(host.n_out, n_sb) : q4k_tiles_bytes(host.n_out, n_sb));
+  std::vector<uint8_t> tiles;
+  if (tiles_ && (host.type == GgmlType::Q4_K || q5k) && cuda::imma_supports(probe)) {
+    tiles.resize(q5k ? q5k_tiles_bytes(host.n_out, n_sb) : q4k_tiles_bytes(host.n_out, n_sb));
     (q5k ? q5k_to_tiles : q4k_to_tiles)(src, host.n_out, n_sb, tiles.data());
-    w.data = weight_data(tiles.data(), tiles.size());
     w.q4k_tiles = !q5k;
     w.q5k_tiles = q5k;
-    return w;
-  }
-  probe.q5k_tiles = false;
-  probe.iq4xs_tiles = true;
-  if (q4k_tiles_ && host.type == GgmlType::IQ4_XS && cuda::imma_supports(probe)) {
-    std::vector<uint8_t> tiles(iq4xs_tiles_bytes(host.n_out, n_sb));
+  } else if (tiles_ && host.type == GgmlType::IQ4_XS && cuda::imma_supports(iq4_probe)) {
+    tiles.resize(iq4xs_tiles_bytes(host.n_out, n_sb));
     iq4xs_to_tiles(src, host.n_out, n_sb, tiles.data());
-    w.data = weight_data(tiles.data(), tiles.size());
     w.iq4xs_tiles = true;
-    return w;
+  } else if (tiles_ && host.type == GgmlType::Q8_0 && cuda::imma_q80_takes(host.n_in)) {
+    tiles.resize(q80_tiles_bytes(host.n_out, n_sb));
+    q80_to_tiles(src, host.n_out, n_sb, tiles.data());
+    w.q80_tiles = true;
+  } else {
+    return Backend::upload_matrix(host);
   }
-  return Backend::upload_matrix(host);
+  w.data = weight_data(tiles.data(), tiles.size());
+  return w;
 }
 
 const int32_t* CudaBackend::device_block_table(const SeqKv& seq) {
@@ -257,6 +261,11 @@ const void* CudaBackend::fused_q8k_of(const FusedQ8k& f, const float* x, int row
   return fused_q8k_;
 }
 
+// Q8_0 products quantize x to their own format (Q8_0): the fused Q8_K bytes are not theirs.
+const void* CudaBackend::fused_q8k_for_type(const FusedQ8k& f, const float* x, int rows, const Weight& w) {
+  return w.type == GgmlType::Q8_0 ? nullptr : fused_q8k_of(f, x, rows, w.n_in);
+}
+
 void* CudaBackend::fused_q8k_for(bool supported, int rows, int64_t n_in, const char* what) {
   if (!fuse_quantize_ || !supported) return nullptr;
   ensure_scratch(fused_q8k_, fused_q8k_cap_, cuda::q8k_fused_bytes(n_in, rows), what);
@@ -271,12 +280,11 @@ void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
     const Weight* ws[1] = {&w};
     float* ys[1] = {y};
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::imma_scratch_bytes(w, rows), "matmul");
-    cuda::imma_matmul_group(ws, ys, 1, x, rows, mma_scratch_, as_stream(stream_),
-                            fused_q8k_of(fused, x, rows, w.n_in));
+    cuda::imma_matmul_group(ws, ys, 1, x, rows, mma_scratch_, as_stream(stream_), fused_q8k_for_type(fused, x, rows, w));
     check_launch("matmul");
     return;
   }
-  if (w.q4k_tiles || w.q5k_tiles || w.iq4xs_tiles) fail("matmul: {} tiles that the integer kernels do not take", type_name(w.type));
+  if (w.tiled()) fail("matmul: {} tiles that the integer kernels do not take", type_name(w.type));
   if (cuda::mma_supports(w)) {  // tensor cores (mma_matmul.cu), for every row count
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::mma_scratch_bytes(w, rows), "matmul");
     cuda::mma_matmul(w, x, rows, y, mma_scratch_, as_stream(stream_));
@@ -299,9 +307,9 @@ void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
   check_launch("matmul");
 }
 
-// The integer tensor-core products among them (Q4_K, Q6_K; Q5_K and IQ4_XS tiles) go in groups of one type and n_in
-// (one kernel per launch), each sharing one quantization of x and its launches; the rest go one
-// by one. Each output is what matmul() gives (same kernel, same split).
+// The integer tensor-core products among them (Q4_K, Q6_K; tiled Q5_K, IQ4_XS and Q8_0) go in
+// groups of one type and n_in (one kernel per launch), each sharing one quantization of x and its
+// launches; the rest go one by one. Each output is what matmul() gives (same kernel, same split).
 void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) {
   // Taken once for all groups: the products below write only ys, never x or fused_q8k_.
   const FusedQ8k fused = take_fused_q8k();
@@ -326,7 +334,7 @@ void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys,
     enter();
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::imma_scratch_bytes(lead, rows), "matmul");
     cuda::imma_matmul_group(grp, grp_y, m, x, rows, mma_scratch_, as_stream(stream_),
-                            fused_q8k_of(fused, x, rows, lead.n_in));
+                            fused_q8k_for_type(fused, x, rows, lead));
     check_launch("matmul");
   }
 }
@@ -334,9 +342,8 @@ void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys,
 void CudaBackend::embed(const Weight& table, const int32_t* tokens, int rows, float* out) {
   if (rows <= 0) return;
   enter();
-  if (table.q4k_tiles || table.q5k_tiles || table.iq4xs_tiles)
-    fail("embed: the table was uploaded as a matrix ({} tiles); bind embeddings with weight_data",
-         type_name(table.type));
+  if (table.tiled())
+    fail("embed: the table was uploaded as a matrix ({} tiles); bind embeddings with weight_data", type_name(table.type));
   if (!cuda::embed(table, tokens, rows, out, as_stream(stream_)))
     fail("the CUDA backend cannot read embeddings of type {}", type_name(table.type));
   check_launch("embed");
@@ -587,12 +594,12 @@ int cuda_device_count() {
   return n;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device, bool cuda_graphs, bool q4k_tiles) {
+std::unique_ptr<Backend> make_cuda_backend(int device, bool cuda_graphs, bool tiles) {
   const int n = cuda_device_count();
   if (n == 0) fail("no CUDA device is available (no GPU, or no driver)");
   if (device < 0 || device >= n) fail("CUDA device {} does not exist ({} device{} present)", device, n, n == 1 ? "" : "s");
-  if (cuda_graphs) return std::make_unique<CudaGraphBackend>(device, true, q4k_tiles);
-  return std::make_unique<CudaBackend>(device, true, q4k_tiles);
+  if (cuda_graphs) return std::make_unique<CudaGraphBackend>(device, true, tiles);
+  return std::make_unique<CudaBackend>(device, true, tiles);
 }
 
 }  // namespace df

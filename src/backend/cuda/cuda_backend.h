@@ -17,12 +17,13 @@ class CudaBackend : public Backend {
   // fuse_quantize: rms_norm / add_rms_norm / swiglu / mul_sigmoid / gated_rms_norm also write
   // the Q8_K activations of their output for the integer tensor-core product that reads it
   // next (false: every product quantizes its input itself; the tests compare the two).
-  // q4k_tiles: upload_matrix stores Q4_K matrices as 16-row tiles (quant/q4k_tiles.h), which the
-  // decode kernel streams ~15-20% faster (bench/matmul_kernels, session 8); products are
-  // bit-identical either way (CudaGraphs.Q4kTilesGiveTheSameLogits, CudaOps.Q4kTiledWeightsEqualRows).
-  // It also stores Q5_K and IQ4_XS matrices as tiles (quant/q5k_tiles.h, quant/iq4xs_tiles.h), the
-  // only layouts in which they take the integer kernels (else the f16 one, with other rounding).
-  explicit CudaBackend(int device, bool fuse_quantize = true, bool q4k_tiles = true);
+  // tiles: upload_matrix stores Q4_K matrices as 16-row tiles (quant/q4k_tiles.h), which the
+  // decode kernel streams ~15-20% faster (bench/matmul_kernels, session 8), with bit-identical
+  // products (CudaGraphs.Q4kTilesGiveTheSameLogits, CudaOps.Q4kTiledWeightsEqualRows); and Q5_K,
+  // IQ4_XS and Q8_0 matrices as tiles (quant/q5k_tiles.h, iq4xs_tiles.h, q80_tiles.h; Q8_0 of
+  // whole 256-element super-blocks), the only layouts in which the integer kernels take them:
+  // false leaves them in GGUF rows on the f16 tensor-core kernel (other bits).
+  explicit CudaBackend(int device, bool fuse_quantize = true, bool tiles = true);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -41,8 +42,7 @@ class CudaBackend : public Backend {
                int rows) override;
   void synchronize() override;
   const void* weight_data(const void* host, size_t bytes) override;
-  // Q4_K, Q5_K and IQ4_XS matrices the integer kernels take are stored as 16-row tiles
-  // (quant/q4k_tiles.h, quant/q5k_tiles.h, quant/iq4xs_tiles.h).
+  // Q4_K, Q5_K, IQ4_XS and Q8_0 matrices the integer kernels take are stored as 16-row tiles (see tiles above).
   Weight upload_matrix(const Weight& host) override;
 
   void matmul(const Weight& w, const float* x, int rows, float* y) override;
@@ -131,6 +131,8 @@ class CudaBackend : public Backend {
   FusedQ8k take_fused_q8k();
   // fused_q8k_ if f holds the activations of this product's input (counted), else null.
   const void* fused_q8k_of(const FusedQ8k& f, const float* x, int rows, int64_t n_in);
+  // fused_q8k_of for a product with w, whose type may read another format (Q8_0: null).
+  const void* fused_q8k_for_type(const FusedQ8k& f, const float* x, int rows, const Weight& w);
   // fused_q8k_ ready for an op writing `rows` rows of n_in floats (contiguous) and their Q8_K
   // forms, or null where it does not fuse (`supported`: the op's kernel can; fuse_quantize_).
   void* fused_q8k_for(bool supported, int rows, int64_t n_in, const char* what);
@@ -158,7 +160,7 @@ class CudaBackend : public Backend {
   size_t top_k_scratch_cap_ = 0;   // in bytes
   std::vector<uint32_t> top_k_host_;  // the downloaded results before the split (grow-only)
   bool fuse_quantize_ = true;
-  bool q4k_tiles_ = true;
+  bool tiles_ = true;
   FusedQ8k fused_;                   // what fused_q8k_ holds, if the last op wrote it
   void* fused_q8k_ = nullptr;        // cuda::q8k_fused_bytes (grow-only)
   size_t fused_q8k_cap_ = 0;          // in bytes

@@ -57,7 +57,7 @@ template <class T>
 void CudaGraphBackend::Tape::put(const T& v) {
   if constexpr (std::is_same_v<T, Weight>) {
     put(v.type), put(v.n_in), put(v.n_out), put(v.data), put(v.row_bytes), put(v.q4k_tiles), put(v.q5k_tiles),
-        put(v.iq4xs_tiles);
+        put(v.iq4xs_tiles), put(v.q80_tiles);
   } else if constexpr (std::is_same_v<T, KvLayerView>) {
     put(v.k), put(v.v), put(v.block_tokens), put(v.n_head_kv), put(v.head_dim), put(v.type);
   } else if constexpr (std::is_same_v<T, GdnShape>) {
@@ -88,6 +88,7 @@ class CudaGraphBackend::Reader {
       w.q4k_tiles = get<bool>();
       w.q5k_tiles = get<bool>();
       w.iq4xs_tiles = get<bool>();
+      w.q80_tiles = get<bool>();
       return w;
     } else if constexpr (std::is_same_v<T, KvLayerView>) {
       KvLayerView kv;
@@ -133,8 +134,8 @@ void CudaGraphBackend::replay(Reader& r, void (C::*fn)(A...)) {
   std::apply([&](auto&... a) { (this->*fn)(a...); }, args);
 }
 
-CudaGraphBackend::CudaGraphBackend(int device, bool fuse_quantize, bool q4k_tiles)
-    : CudaBackend(device, fuse_quantize, q4k_tiles) {
+CudaGraphBackend::CudaGraphBackend(int device, bool fuse_quantize, bool tiles)
+    : CudaBackend(device, fuse_quantize, tiles) {
   cudaEvent_t e = nullptr;
   check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   pinned_free_ = e;

@@ -37,8 +37,8 @@ using CudaGraphStats = Backend::StepReplayCounts;
 
 class CudaGraphBackend final : public CudaBackend {
  public:
-  // fuse_quantize, q4k_tiles: as CudaBackend
-  explicit CudaGraphBackend(int device, bool fuse_quantize = true, bool q4k_tiles = true);
+  // fuse_quantize, tiles: as CudaBackend
+  explicit CudaGraphBackend(int device, bool fuse_quantize = true, bool tiles = true);
   ~CudaGraphBackend() override;
 
   void begin_step() override;

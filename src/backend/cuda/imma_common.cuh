@@ -15,6 +15,7 @@
 #include "quant/iq4xs_tiles.h"
 #include "quant/q4k_tiles.h"
 #include "quant/q5k_tiles.h"
+#include "quant/q80_tiles.h"
 
 namespace df::cuda {
 
@@ -40,6 +41,7 @@ struct Segments {
   int n;
   bool q4k_tiles;  // the weights are in the tile layout (quant/q4k_tiles.h): w[k] is a tile
   bool q5k_tiles;  // Q5_K weights in theirs (quant/q5k_tiles.h): w[k] is a tile
+                   // (IQ4_XS and Q8_0 weights are always tiles: their kernels read no other layout)
 };
 
 // What block blockIdx.y of a launch computes: its segment's weight and output, and the first
@@ -298,7 +300,7 @@ inline Slots slots_of(int n_sb) {
 // Calls launch(segments) for weights ws[0..n) (same n_in) into ys: one launch while the
 // segments fit a grid's 65535 blocks of 16 outputs, else one per slice (for_output_slices).
 // No allocation: this runs for every product of a step. The weights share one layout (GGUF
-// rows, Q4_K, Q5_K or IQ4_XS tiles; callers group them so).
+// rows, or Q4_K, Q5_K, IQ4_XS or Q8_0 tiles; callers group them so).
 template <class F>
 void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launch) {
   Segments cur{};
@@ -306,8 +308,14 @@ void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launc
   cur.q5k_tiles = n > 0 && ws[0]->q5k_tiles;
   for (int i = 0; i < n; ++i) {
     const Weight& w = *ws[i];
-    if (w.q4k_tiles != cur.q4k_tiles || w.q5k_tiles != cur.q5k_tiles || w.iq4xs_tiles != ws[0]->iq4xs_tiles)
+    if (w.q4k_tiles != cur.q4k_tiles || w.q5k_tiles != cur.q5k_tiles || w.iq4xs_tiles != ws[0]->iq4xs_tiles ||
+        w.q80_tiles != ws[0]->q80_tiles)
       throw std::invalid_argument("imma products of weights in two layouts");
+    static_assert(kQ4kTileRows == 16 && kQ80TileRows == 16, "slices start on a tile");
+    const size_t tile_bytes = w.q4k_tiles     ? kQ4kTileBytes
+                              : w.q5k_tiles   ? kQ5kTileBytes
+                              : w.iq4xs_tiles ? kIq4xsTileBytes
+                                              : kQ80TileBytes;
     for_output_slices(w.n_out, 16, [&](int64_t o, int64_t cnt, unsigned blocks) {
       if (cur.n == kMaxSegments || int64_t(cur.first_block[cur.n]) + blocks > 65535) {
         launch(cur);
@@ -318,9 +326,8 @@ void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launc
       }
       const int k = cur.n++;
       // A slice starts at output o, a multiple of 16: tile o / 16 of a tiled weight.
-      const size_t tile_bytes = w.q4k_tiles ? kQ4kTileBytes : w.q5k_tiles ? kQ5kTileBytes : w.iq4xs_tiles ? kIq4xsTileBytes : 0;
       cur.w[k] = static_cast<const uint8_t*>(w.data) +
-                 (tile_bytes != 0 ? size_t(o / 16) * size_t(w.n_in / kSb) * tile_bytes : size_t(o) * w.row_bytes);
+                 (w.tiled() ? size_t(o / 16) * size_t(w.n_in / kSb) * tile_bytes : size_t(o) * w.row_bytes);
       cur.row_bytes[k] = w.row_bytes;
       cur.n_out[k] = cnt;
       cur.y[k] = ys[i] + o;

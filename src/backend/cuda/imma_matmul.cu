@@ -2,8 +2,8 @@
 // count, with the activations in the CPU's Q8_K format (8-bit, one scale per 256). Calls of
 // more than kImmaGemmMinRows rows go to the tiled prefill kernel (imma_gemm.cu), which gives each
 // row the same bits as this one. imma_matmul_group sends Q6_K weights to imma_q6k.cu, IQ4_XS
-// ones to imma_iq4xs.cu. Q5_K weights in their tile layout take the same kernels as Q4_K (the
-// kQ5k variants; see the kernel).
+// ones to imma_iq4xs.cu and Q8_0 ones to imma_q80.cu. Q5_K weights in their tile layout take the
+// same kernels as Q4_K (the kQ5k variants; see the kernel).
 //
 // Why. A decode step is bound by how fast the weights stream in, and the f16 tensor-core kernel
 // (mma_matmul.cu) spends ~3 instructions per weight element turning nibbles into f16, so it
@@ -38,6 +38,7 @@
 #include "backend/cuda/imma_common.cuh"
 #include "backend/cuda/imma_gemm.cuh"
 #include "backend/cuda/imma_iq4xs.cuh"
+#include "backend/cuda/imma_q80.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mv_units.cuh"
 
@@ -342,14 +343,18 @@ void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const flo
 
 }  // namespace
 
-// Q5_K and IQ4_XS only as tiles (CudaBackend::upload_matrix makes them; as GGUF rows they stay on
-// the f16 kernel, mma_matmul.cu).
+// Q5_K, IQ4_XS and Q8_0 only as tiles (CudaBackend::upload_matrix makes them; as GGUF rows they
+// stay on the f16 kernel, mma_matmul.cu).
 bool imma_supports(const Weight& w) {
+  if (w.type == GgmlType::Q8_0) return w.q80_tiles && imma_q80_takes(w.n_in);
   return mv::int8_tensor_core_supports(w.type, w.n_in, w.row_bytes, w.data) &&
          (w.type != GgmlType::Q5_K || w.q5k_tiles) && (w.type != GgmlType::IQ4_XS || w.iq4xs_tiles);
 }
 
-size_t imma_scratch_bytes(const Weight& w, int rows) { return q8k_layout(w.n_in, (rows + 7) / 8 * 8).bytes; }
+size_t imma_scratch_bytes(const Weight& w, int rows) {
+  if (w.type == GgmlType::Q8_0) return imma_q80_scratch_bytes(w.n_in, rows);
+  return q8k_layout(w.n_in, (rows + 7) / 8 * 8).bytes;
+}
 
 size_t q8k_fused_bytes(int64_t n_in, int rows) { return 2 * q8k_fused_q6k_offset(n_in, (rows + 7) / 8 * 8); }
 
@@ -358,6 +363,7 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
   if (n <= 0) return;
   if (ws[0]->type == GgmlType::Q6_K) return imma_q6k_group(ws, ys, n, x, rows, scratch, s, quantized);
   if (ws[0]->type == GgmlType::IQ4_XS) return imma_iq4xs_group(ws, ys, n, x, rows, scratch, s, quantized);
+  if (ws[0]->type == GgmlType::Q8_0) return imma_q80_group(ws, ys, n, x, rows, scratch, s);
   const int64_t n_in = ws[0]->n_in;
   const int rows_pad = (rows + 7) / 8 * 8;
   const Q8kLayout l = q8k_layout(n_in, rows_pad);

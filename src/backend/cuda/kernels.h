@@ -25,23 +25,24 @@ bool mma_supports(const Weight& w);
 size_t mma_scratch_bytes(const Weight& w, int rows);
 void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scratch, cudaStream_t s);
 
-// imma_matmul.cu (Q4_K, Q5_K), imma_q6k.cu (Q6_K), imma_iq4xs.cu (IQ4_XS) -- the integer
-// tensor-core path, any row count: the weights imma_supports takes (Q5_K and IQ4_XS in their
-// tile layouts only, Weight::q5k_tiles / iq4xs_tiles). Activations go through `scratch` in the
-// CPU's Q8_K format (imma_scratch_bytes), so the integer sums match the CPU backend's. Takes
+// imma_matmul.cu (Q4_K, Q5_K), imma_q6k.cu (Q6_K), imma_iq4xs.cu (IQ4_XS), imma_q80.cu (Q8_0) --
+// the integer tensor-core path, any row count: the weights imma_supports takes (Q5_K, IQ4_XS and
+// Q8_0 in their tile layouts only, Weight::q5k_tiles / iq4xs_tiles / q80_tiles). Activations go
+// through `scratch` in the CPU's format for the type, Q8_K (Q8_0 for Q8_0 weights;
+// imma_scratch_bytes), so the integer sums match the CPU backend's. Takes
 // precedence over mma_matmul.cu for every row count (a row's result must not depend on the
 // batch). imma_matmul_group: ys[i] = x ws[i]^T for weights of the same type and n_in sharing
 // the input x: the activations are quantized once and the products share launches; each result
 // is bit-identical to the weight's product alone.
 // Calls of more than kImmaGemmMinRows rows take the tiled prefill kernels (imma_gemm.cu for Q4_K
-// and Q5_K, imma_q6k_gemm.cu for Q6_K, imma_iq4xs_gemm.cu for IQ4_XS), which give each row the
-// same bits. Up to 32 rows the decode kernel streams each weight once (one group of four 8-row n-tiles); above, it streams it again per 32 rows, while the GEMM reads it
+// and Q5_K, imma_q6k_gemm.cu for Q6_K, imma_iq4xs_gemm.cu for IQ4_XS, imma_q80_gemm.cu for Q8_0),
+// which give each row the same bits. Up to 32 rows the decode kernel streams each weight once (one group of four 8-row n-tiles); above, it streams it again per 32 rows, while the GEMM reads it
 // once per 64- or 128-row tile and reuses each unpacked fragment for 4 n-tiles.
 bool imma_supports(const Weight& w);
 size_t imma_scratch_bytes(const Weight& w, int rows);
 // quantized: null, or x's Q8_K activations as the kernel that wrote x wrote them with it
 // (rms_norm / add_rms_norm / swiglu / mul_sigmoid / gated_rms_norm's q8k, q8k_fused_bytes for
-// this x and rows): no quantizer runs.
+// this x and rows): no quantizer runs. Ignored for Q8_0 weights (they quantize x to Q8_0).
 void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                        cudaStream_t s, const void* quantized = nullptr);
 size_t q8k_fused_bytes(int64_t n_in, int rows);
@@ -54,8 +55,19 @@ void imma_quantize(const float* x, int64_t n_in, int rows, void* scratch, cudaSt
 // imma_q6k.cu -- the same in Q6_K's format (the product's own quantizer; tests compare the norms'
 // fused Q8_K bytes against both).
 void imma_quantize_q6k(const float* x, int64_t n_in, int rows, void* scratch, cudaStream_t s);
+// imma_q80.cu -- the same for Q8_0 weights: x's Q8_0 form (the CPU's quantize_q8_0 bytes).
+void imma_quantize_q80(const float* x, int64_t n_in, int rows, void* scratch, cudaStream_t s);
+// Whether the Q8_0 kernels take rows of n_in (whole 256-element super-blocks; upload_matrix
+// tiles such matrices), and their activations' scratch bytes (imma_scratch_bytes of such a weight).
+bool imma_q80_takes(int64_t n_in);
+size_t imma_q80_scratch_bytes(int64_t n_in, int rows);
+// Where imma_quantize_q80 puts them in scratch (for the tests): x's int8 values row-major at 0
+// (rows padded to a multiple of 8, padding rows zeros), then at imma_q80_scales_offset the block
+// scales as floats (the f16 values the CPU stores, widened), [n_in / 256][padded rows][8].
+size_t imma_q80_scales_offset(int64_t n_in, int rows);
 // shape: the block shape (kAuto: the one imma_matmul_group picks; the others so the bench can
 // compare them on the device: output tile x warps, each output's bits the same in every shape).
+// A tiled Q8_0 w takes imma_q80_gemm.cu, with x quantized by imma_quantize_q80.
 enum class ImmaGemmShape { kAuto, k128x64Warps4, k128x128Warps8, k128x128Warps16 };
 void imma_gemm_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s,
                          ImmaGemmShape shape = ImmaGemmShape::kAuto);
