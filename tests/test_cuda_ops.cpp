@@ -1372,6 +1372,9 @@ class DequantizedCpu final : public Backend {
   void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out) override {
     cpu_->argmax_rows(x, rows, n, stride, out);
   }
+  void argmax_rows_to(const float* x, int rows, int n, size_t stride, int32_t* out) override {
+    cpu_->argmax_rows_to(x, rows, n, stride, out);
+  }
   void top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids, float* vals) override {
     cpu_->top_k_rows(x, rows, n, stride, k, ids, vals);
   }

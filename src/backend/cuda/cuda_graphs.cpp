@@ -48,7 +48,7 @@ int padded_blocks(int n) {
 enum class CudaGraphBackend::Op : uint8_t {
   kUpload, kTable, kCopy, kCopy2d, kMatmul, kEmbed, kRmsNorm, kAdd, kSwiglu, kMulSigmoid, kRope, kKvStore,
   kAttention, kConv1d, kL2Norm, kGdnGates, kDeltaRule, kGatedRmsNorm, kArgmax, kMatmulShared,
-  kAddRmsNorm, kQkNormRope, kGdnConvNormGates, kTopK, kCopy2dIndexed,
+  kAddRmsNorm, kQkNormRope, kGdnConvNormGates, kTopK, kCopy2dIndexed, kArgmaxTo,
 };
 
 // Arguments go on the tape field by field: the bytes must be a function of the values alone
@@ -274,6 +274,7 @@ void CudaGraphBackend::run_tape(const std::vector<unsigned char>& tape) {
       case Op::kDeltaRule: replay(r, &CudaBackend::gdn_delta_rule); break;
       case Op::kGatedRmsNorm: replay(r, &CudaBackend::gated_rms_norm); break;
       case Op::kArgmax: replay(r, &CudaGraphBackend::argmax_at); break;
+      case Op::kArgmaxTo: replay(r, &CudaBackend::argmax_rows_to); break;
       case Op::kTopK: replay(r, &CudaGraphBackend::top_k_at); break;
       case Op::kMatmulShared: replay_matmul_shared(r); break;
       default: fail("CUDA graph tape: unknown op");
@@ -574,6 +575,13 @@ void CudaGraphBackend::argmax_rows(const float* x, int rows, int n, size_t strid
   record(Op::kArgmax, &CudaGraphBackend::argmax_at, x, rows, n, stride);
   flush();
   CudaBackend::download(out_host, argmax_results(), size_t(rows) * sizeof(int32_t));
+}
+
+// Ids that stay on the device: the kernels join the graph and nothing waits.
+void CudaGraphBackend::argmax_rows_to(const float* x, int rows, int n, size_t stride, int32_t* out) {
+  if (!recording()) return CudaBackend::argmax_rows_to(x, rows, n, stride, out);
+  if (rows <= 0) return;
+  record(Op::kArgmaxTo, &CudaBackend::argmax_rows_to, x, rows, n, stride, out);
 }
 
 // The same for the top-k kernels: they join the graph, the candidates' download waits.
