@@ -156,15 +156,6 @@ void CudaGraphBackend::wait_idle(Graph& g) {
   g.in_flight = false;
 }
 
-void CudaGraphBackend::release_graph(Graph& g) {
-  wait_idle(g);
-  destroy(g.exec);
-  check(cudaFreeHost(g.pinned), "cudaFreeHost");
-  g.pinned = nullptr;
-  g.pinned_bytes = 0;
-  if (g.done) check(cudaEventDestroy(g.done), "cudaEventDestroy");
-  g.done = nullptr;
-}
 
 // --- steps ---
 
@@ -346,14 +337,20 @@ void CudaGraphBackend::flush() {
   for (Graph& o : graphs_)
     if (o.hash == h && o.tape == tape) g = &o;
   if (g == nullptr) {
+    Graph fresh;
     if (graphs_.size() >= kMaxGraphs) {
       auto lru = std::min_element(graphs_.begin(), graphs_.end(),
                                   [](const Graph& a, const Graph& b) { return a.last_use < b.last_use; });
-      release_graph(*lru);
+      wait_idle(*lru);
+      destroy(lru->exec);
+      // Its pinned buffer and event serve the new tape (stage_into grows the buffer if needed).
+      fresh.pinned = lru->pinned;
+      fresh.pinned_bytes = lru->pinned_bytes;
+      fresh.done = lru->done;
       *lru = std::move(graphs_.back());
       graphs_.pop_back();
     }
-    g = &graphs_.emplace_back();
+    g = &graphs_.emplace_back(std::move(fresh));
     g->hash = h;
     g->tape = tape;
   }

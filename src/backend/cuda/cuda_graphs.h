@@ -149,7 +149,6 @@ class CudaGraphBackend final : public CudaBackend {
   void prepare_tables();      // sizes the block-table buffer for this tape
   void stage_into(Graph& g);  // staging_ to g's pinned buffer (after g's previous run), for run_tape
   void wait_idle(Graph& g);   // waits for g's last run
-  void release_graph(Graph& g);  // waits for it, frees its graph, pinned buffer and event
   void destroy(CUgraphExec_st*& exec);
 
   int depth_ = 0;
