@@ -66,5 +66,36 @@ TEST(Argmax, CpuStridedRowsIgnoreThePadding) {
   for (int r = 0; r < rows; ++r) EXPECT_EQ(got[size_t(r)], scan(x.data() + size_t(r) * stride, n)) << "row " << r;
 }
 
+// argmax_rows_to: the same ids written to backend memory (the CPU's is host memory), only the
+// rows' entries; the values around them are left as they were.
+TEST(Argmax, CpuRowsToBackendMemoryEqualRows) {
+  auto be = make_cpu_backend(2);
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (int rows : {1, 7, 16}) {
+    const int n = 3001;
+    const size_t stride = 3008;
+    std::vector<float> x(size_t(rows) * stride);
+    for (auto& f : x) f = nd(rng);
+    for (int r = 0; r < rows; r += 3) x[size_t(r) * stride + size_t(r)] = 50.0f;  // a planted max
+    float* xd = static_cast<float*>(be->alloc(x.size() * sizeof(float)));
+    be->upload(xd, x.data(), x.size() * sizeof(float));
+    std::vector<int32_t> want(static_cast<size_t>(rows));
+    be->argmax_rows(xd, rows, n, stride, want.data());
+    auto* out = static_cast<int32_t*>(be->alloc(size_t(rows + 8) * sizeof(int32_t)));
+    const std::vector<int32_t> poison(size_t(rows + 8), -3);
+    be->upload(out, poison.data(), poison.size() * sizeof(int32_t));
+    be->argmax_rows_to(xd, rows, n, stride, out + 4);
+    std::vector<int32_t> got(poison.size());
+    be->download(got.data(), out, got.size() * sizeof(int32_t));
+    EXPECT_EQ(std::vector<int32_t>(got.begin() + 4, got.begin() + 4 + rows), want) << rows << " rows";
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(got[size_t(i)], -3) << "entry " << i << " before the rows";
+    for (int i = rows + 4; i < rows + 8; ++i) EXPECT_EQ(got[size_t(i)], -3) << "entry " << i << " after the rows";
+    for (int r = 0; r < rows; r += 3) EXPECT_EQ(want[size_t(r)], r);
+    be->release(out);
+    be->release(xd);
+  }
+}
+
 }  // namespace
 }  // namespace df

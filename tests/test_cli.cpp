@@ -263,6 +263,16 @@ TEST_F(Cli, RunPromptFileEqualsSeparateRuns) {
   const std::string first = run_command(kBin + " run -m " + model_ + " -p 'abc def' -n 12 --temp 0 2>/dev/null");
   const std::string second = run_command(kBin + " run -m " + model_ + " -p \"$(printf 'two\\nlines')\" -n 12 --temp 0 2>/dev/null");
   EXPECT_EQ(both, first + second);
+  {  // the demo target, whose continuation of the second prompt depends on its context
+    const std::string demo = std::string(DELTAFLASH_SOURCE_DIR) + "/models/demo/qwen35-demo-target-q8_0.gguf";
+    const std::string code = dir_->file("code.jsonl");
+    std::ofstream(code) << "\"def fibonacci(n):\"\n\"def read_json_file(path):\"\n";
+    const std::string run = kBin + " run -m " + demo + " -n 24 --temp 0 --device cpu";
+    EXPECT_EQ(run_command(run + " --prompt-file " + code + " 2>/dev/null"),
+              run_command(run + " -p 'def fibonacci(n):' 2>/dev/null") +
+                  run_command(run + " -p 'def read_json_file(path):' 2>/dev/null"))
+        << "each prompt of the file starts from an empty context";
+  }
   const std::string stats =
       run_command(kBin + " run -m " + model_ + " --prompt-file " + file + " -n 12 --temp 0 --stats-json 2>&1 >/dev/null");
   int lines = 0;

@@ -1452,6 +1452,9 @@ class DequantizedCpu final : public Backend {
   void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out) override {
     cpu_->argmax_rows(x, rows, n, stride, out);
   }
+  void argmax_rows_to(const float* x, int rows, int n, size_t stride, int32_t* out) override {
+    cpu_->argmax_rows_to(x, rows, n, stride, out);
+  }
   void top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids, float* vals) override {
     cpu_->top_k_rows(x, rows, n, stride, k, ids, vals);
   }
@@ -1931,6 +1934,125 @@ TEST(CudaGraphs, SpeculationEqualsPlainDecoding) {
   EXPECT_GT(gs.replayed, 40);
   std::cout << "[cuda-graphs] speculation: direct " << gs.direct << ", captured " << gs.captured << ", replayed "
             << gs.replayed << "\n";
+}
+
+// argmax_rows_to (ids left in device memory) against a host scan, on the CPU and CUDA: rows as
+// wide as a vocabulary and short ones, into the middle of a poisoned buffer (the entries around
+// the rows are kept). Then inside a step, as a greedy draft feeds a verify: the argmax and a
+// device copy of its ids into a token buffer, recorded into one CUDA graph that replays with new
+// logits and picks their ids, not the captured ones.
+TEST_F(CudaOps, ArgmaxRowsTo) {
+  Rng rng(6);
+  struct Shape {
+    int rows, n;
+    size_t stride;
+  };
+  for (const Shape sh : {Shape{15, 248320, 248320}, Shape{16, 248000, 248320}, Shape{1, 1000, 1000}, Shape{9, 7, 8}}) {
+    std::vector<float> x = rng.normals(size_t(sh.rows) * sh.stride, 3.0);
+    for (int r = 0; r < sh.rows; ++r) {
+      float* v = x.data() + size_t(r) * sh.stride;
+      for (size_t i = size_t(sh.n); i < sh.stride; ++i) v[i] = 1e30f;  // padding ids never win
+      if (r % 3 == 1) v[size_t(rng.integer(0, sh.n - 1))] = 1e29f;
+    }
+    std::vector<int32_t> want(size_t(sh.rows));
+    for (int r = 0; r < sh.rows; ++r) {
+      const float* v = x.data() + size_t(r) * sh.stride;
+      want[size_t(r)] = int32_t(std::max_element(v, v + sh.n) - v);
+    }
+    Twin<float> xd(be(), x);
+    Twin<int32_t> out(be(), std::vector<int32_t>(size_t(sh.rows) + 8, -3));
+    both([&](Backend& b, int s) { b.argmax_rows_to(xd[s], sh.rows, sh.n, sh.stride, out[s] + 4); });
+    for (int s = 0; s < 2; ++s) {
+      const std::vector<int32_t> got = out.get(s);
+      const char* side = s == 0 ? "CPU" : "CUDA";
+      EXPECT_EQ(std::vector<int32_t>(got.begin() + 4, got.end() - 4), want)
+          << side << " argmax_rows_to, " << sh.rows << " rows of " << sh.n;
+      for (int i : {0, 3, sh.rows + 4, sh.rows + 7}) EXPECT_EQ(got[size_t(i)], -3) << side << ": entry " << i << " written";
+    }
+  }
+  // In a step (CUDA graph), twice: captured, then replayed on new logits.
+  const int rows = 7, n = 50000;
+  Twin<float> xd(be(), std::vector<float>(size_t(rows) * n, 0.0f));
+  Twin<int32_t> ids(be(), std::vector<int32_t>(rows, -1)), tokens(be(), std::vector<int32_t>(rows + 2, -2));
+  const int64_t replayed0 = graph_stats(gpu()).replayed;
+  for (int run = 0; run < 3; ++run) {
+    std::vector<float> x = rng.normals(size_t(rows) * n, 3.0);
+    std::vector<int32_t> want(rows);
+    for (int r = 0; r < rows; ++r) want[size_t(r)] = int32_t(std::max_element(x.begin() + r * n, x.begin() + (r + 1) * n) -
+                                                            (x.begin() + r * n));
+    both([&](Backend& b, int s) {
+      b.upload(xd[s], x.data(), x.size() * sizeof(float));
+      StepScope step(b);
+      b.argmax_rows_to(xd[s], rows, n, size_t(n), ids[s]);
+      b.copy(tokens[s] + 1, ids[s], rows * sizeof(int32_t));
+    });
+    for (int s = 0; s < 2; ++s) {
+      std::vector<int32_t> want_tokens = want;
+      want_tokens.insert(want_tokens.begin(), -2);
+      want_tokens.push_back(-2);
+      EXPECT_EQ(ids.get(s), want) << (s ? "CUDA" : "CPU") << " step, run " << run;
+      EXPECT_EQ(tokens.get(s), want_tokens) << (s ? "CUDA" : "CPU") << " step's copy, run " << run;
+    }
+  }
+  EXPECT_GE(graph_stats(gpu()).replayed - replayed0, 1) << "the step was not replayed";
+}
+
+// Greedy decoding with every token left on the device: a step's argmax id (greedy_to) is the
+// next step's token (a one-row speculative segment, add_speculative_from, committed whole), two
+// sequences in turn, the ids in a ring of 4 slots per sequence (so each step shape is a few tapes
+// that replay). The host queues 3 steps of each sequence (12 graphs) without waiting for any,
+// each step's positions and commit rows staged in its tape's own pinned buffer while the steps
+// before it may still run, then downloads the ids once: the ids of host-driven greedy decoding
+// with direct launches.
+TEST(CudaGraphs, TokensChainedOnTheDeviceEqualHostGreedy) {
+  if (!have_gpu()) GTEST_SKIP() << kNoGpu;
+  test::TempDir dir;
+  auto file = gguf::File::open(make_graph_test_model(dir, "qwen35", "q8_0", 57));
+  const std::vector<std::vector<int32_t>> prompts = {{7, 3, 19, 200, 42}, {11, 12, 13}};
+  constexpr int kSteps = 42, kGroup = 3, kRing = 4;
+  auto direct = make_cuda_backend(0, false);
+  TargetModel td(*file, *direct, ModelOptions{});
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts) want.push_back(greedy_ids(td, p, kSteps + 1));
+  auto graphs = make_cuda_backend(0, true);
+  TargetModel tg(*file, *graphs, ModelOptions{});
+  const int V = tg.hparams().n_vocab;
+  auto st = tg.make_state(2, 64, 1);
+  const int seqs[2] = {st->create(), st->create()};
+  int32_t* dev = static_cast<int32_t*>(graphs->alloc(2 * kRing * sizeof(int32_t)));
+  auto slot = [&](int k, int i) { return dev + k * kRing + i % kRing; };  // token i of sequence k
+  std::vector<std::vector<int32_t>> got(2);
+  std::vector<int32_t> ring(2 * kRing);
+  auto fetch = [&](int first, int count) {
+    graphs->download(ring.data(), dev, ring.size() * sizeof(int32_t));
+    for (int k = 0; k < 2; ++k)
+      for (int i = first; i < first + count; ++i) got[size_t(k)].push_back(ring[size_t(k * kRing + i % kRing)]);
+  };
+  ForwardOutput out;
+  out.greedy_only = V;
+  for (int k = 0; k < 2; ++k) {
+    Batch b;
+    for (size_t i = 0; i < prompts[size_t(k)].size(); ++i)
+      b.add(seqs[k], int(i), prompts[size_t(k)][i], i + 1 == prompts[size_t(k)].size());
+    out.greedy_to = slot(k, 0);
+    tg.forward(b, *st, out);
+  }
+  fetch(0, 1);
+  const int64_t replayed0 = graph_stats(*graphs).replayed;
+  for (int i0 = 0; i0 < kSteps; i0 += kGroup) {
+    for (int i = i0; i < i0 + kGroup; ++i)
+      for (int k = 0; k < 2; ++k) {
+        Batch b;
+        b.add_speculative_from(seqs[k], int(prompts[size_t(k)].size()) + i, slot(k, i), 1);
+        out.greedy_to = slot(k, i + 1);
+        tg.forward(b, *st, out);
+        tg.commit(*st, seqs[k], 1);
+      }
+    fetch(i0 + 1, kGroup);
+  }
+  for (int k = 0; k < 2; ++k) EXPECT_EQ(got[size_t(k)], want[size_t(k)]) << "sequence " << k;
+  EXPECT_GE(graph_stats(*graphs).replayed - replayed0, 2 * kSteps);
+  graphs->release(dev);
 }
 
 // The Q6_K prefill GEMM (imma_q6k_gemm.cu, calls of more than 32 rows) gives each row the bits

@@ -152,6 +152,136 @@ TEST(SpecState, BadCommitsAndOversizedSegmentsAreRejected) {
   EXPECT_EQ(st->get(a).n_past, 2);
 }
 
+// A verify block whose drafts are read from backend memory (Batch::add_speculative_from, as
+// greedy drafts that stay on the device) computes the logits of the same block given on the
+// host, bit for bit, and its argmax ids left in backend memory (ForwardOutput::greedy_to) are
+// the ids greedy_only returns; the rows after the ids in that memory are left alone.
+TEST(SpecState, DeviceTokensEqualHostTokens) {
+  Fixture fx("qwen35");
+  TargetModel& tm = *fx.tm;
+  Backend& be = *fx.be;
+  const auto prompt = tokens(9, 6), block = tokens(8, 7);
+  const int V = tm.hparams().n_vocab;
+  int32_t* dev = static_cast<int32_t*>(be.alloc(32 * sizeof(int32_t)));
+  const std::vector<int32_t> poison(32, -5);
+  for (int pass = 0; pass < 3; ++pass) {  // logits; greedy ids; ids to backend memory
+    SCOPED_TRACE("pass " + std::to_string(pass));
+    auto st_host = tm.make_state(1, 64, 8), st_dev = tm.make_state(1, 64, 8);
+    const int a = st_host->create(), b = st_dev->create();
+    ForwardOutput oh, od;
+    feed(tm, *st_host, a, prompt, oh);
+    feed(tm, *st_dev, b, prompt, od);
+    be.upload(dev, poison.data(), poison.size() * sizeof(int32_t));
+    be.upload(dev + 3, block.data() + 1, 7 * sizeof(int32_t));  // the drafts, as a drafter leaves them
+    Batch vh, vd;
+    for (int i = 0; i < 8; ++i) vh.add_speculative(a, int(prompt.size()) + i, block[size_t(i)]);
+    vd.add_speculative(b, int(prompt.size()), block[0]);
+    vd.add_speculative_from(b, int(prompt.size()) + 1, dev + 3, 7);
+    ASSERT_EQ(vd.rows.size(), 8u);
+    EXPECT_EQ(vd.rows[3].token, Batch::kDeviceToken);
+    oh.greedy_only = od.greedy_only = pass > 0 ? V : 0;
+    od.greedy_to = pass == 2 ? dev + 16 : nullptr;
+    tm.forward(vh, *st_host, oh);
+    tm.forward(vd, *st_dev, od);
+    if (pass == 0) {
+      ASSERT_EQ(od.logits.size(), oh.logits.size());
+      EXPECT_EQ(0, std::memcmp(od.logits.data(), oh.logits.data(), oh.logits.size() * sizeof(float)));
+    } else if (pass == 1) {
+      EXPECT_EQ(od.greedy, oh.greedy);
+    } else {
+      EXPECT_TRUE(od.greedy.empty()) << "greedy_to: nothing for the host";
+      std::vector<int32_t> got(32);
+      be.download(got.data(), dev, got.size() * sizeof(int32_t));
+      EXPECT_EQ(std::vector<int32_t>(got.begin() + 16, got.begin() + 24), oh.greedy);
+      EXPECT_EQ(std::vector<int32_t>(got.begin() + 3, got.begin() + 10), std::vector<int32_t>(block.begin() + 1, block.end()))
+          << "the drafts were read, not moved";
+      for (int i : {0, 1, 2, 10, 15, 24, 31}) EXPECT_EQ(got[size_t(i)], -5) << "entry " << i << " was written";
+    }
+    // The kept rows commit alike: the next step's logits agree too.
+    tm.commit(*st_host, a, 5);
+    tm.commit(*st_dev, b, 5);
+    oh.greedy_only = od.greedy_only = 0;
+    od.greedy_to = nullptr;
+    feed(tm, *st_host, a, {block[5]}, oh);
+    feed(tm, *st_dev, b, {block[5]}, od);
+    EXPECT_EQ(0, std::memcmp(od.logits.data(), oh.logits.data(), oh.logits.size() * sizeof(float))) << "after commit";
+  }
+  be.release(dev);
+}
+
+// Greedy decoding whose every token goes from one step's argmax to the next step's embedding in
+// backend memory, the host never reading it until the end (a one-row speculative segment a step,
+// committed whole): the ids of plain host-driven greedy decoding.
+TEST(SpecState, TokensChainedInBackendMemoryEqualHostGreedy) {
+  Fixture fx("qwen35");
+  TargetModel& tm = *fx.tm;
+  Backend& be = *fx.be;
+  const auto prompt = tokens(6, 8);
+  constexpr int kSteps = 20;
+  const int V = tm.hparams().n_vocab;
+  std::vector<int32_t> want;
+  {
+    auto st = tm.make_state(1, 64);
+    const int s = st->create();
+    ForwardOutput o;
+    o.greedy_only = V;
+    feed(tm, *st, s, prompt, o);
+    for (int i = 0; i < kSteps; ++i) {
+      want.push_back(o.greedy.at(0));
+      feed(tm, *st, s, {want.back()}, o);
+    }
+  }
+  auto st = tm.make_state(1, 64, 1);
+  const int s = st->create();
+  int32_t* dev = static_cast<int32_t*>(be.alloc((kSteps + 1) * sizeof(int32_t)));
+  ForwardOutput o;
+  o.greedy_only = V;
+  o.greedy_to = dev;
+  feed(tm, *st, s, prompt, o);
+  for (int i = 0; i < kSteps; ++i) {
+    Batch b;
+    b.add_speculative_from(s, int(prompt.size()) + i, dev + i, 1);
+    o.greedy_to = dev + i + 1;
+    tm.forward(b, *st, o);
+    tm.commit(*st, s, 1);
+  }
+  std::vector<int32_t> got(kSteps + 1);
+  be.download(got.data(), dev, got.size() * sizeof(int32_t));
+  got.pop_back();
+  EXPECT_EQ(got, want);
+  be.release(dev);
+}
+
+// Device-token rows are checked like host rows: a row the batch takes from backend memory must
+// hold kDeviceToken, a host row must not, and the ranges must lie in the batch in row order.
+TEST(SpecState, BadDeviceTokenBatchesAreRejected) {
+  Fixture fx("qwen35");
+  TargetModel& tm = *fx.tm;
+  auto st = tm.make_state(1, 64, 8);
+  const int a = st->create();
+  int32_t* dev = static_cast<int32_t*>(fx.be->alloc(8 * sizeof(int32_t)));
+  ForwardOutput out;
+  Batch b;
+  b.add_speculative(a, 0, Batch::kDeviceToken);  // a host row without a token
+  EXPECT_THROW(tm.forward(b, *st, out), Error);
+  b.clear();
+  b.add_speculative_from(a, 0, dev, 3);
+  b.rows[1].token = 7;  // a device row with a host token
+  EXPECT_THROW(tm.forward(b, *st, out), Error);
+  b.clear();
+  b.add_speculative_from(a, 0, dev, 3);
+  b.device_tokens.push_back(DeviceTokens{2, 2, dev});  // past the batch, and overlapping
+  EXPECT_THROW(tm.forward(b, *st, out), Error);
+  b.device_tokens.pop_back();
+  b.device_tokens.push_back(DeviceTokens{1, 1, dev});  // overlapping
+  EXPECT_THROW(tm.forward(b, *st, out), Error);
+  EXPECT_EQ(st->get(a).n_past, 0) << "a rejected batch changes nothing";
+  b.device_tokens.pop_back();
+  tm.forward(b, *st, out);  // zeros from alloc: token 0, a valid id
+  EXPECT_EQ(st->get(a).n_past, 3);
+  fx.be->release(dev);
+}
+
 TEST(SpecState, CapturedFeaturesAreLayerOutputs) {
   // Capture layers {0, 2}: the captured row r holds [h_0(r) | h_2(r)]. Reference: a model cut to
   // fewer layers is not available, so use the identity that h_{L-1} (the last layer's output)

@@ -9,8 +9,10 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <new>
 
+#include "engine/engine.h"
 #include "engine/generator.h"
 #include "spec/draft_source.h"
 #include "spec/spec_decoder.h"
@@ -88,7 +90,7 @@ std::vector<int32_t> run_counted(G& gen, StepCensusBackend& be, const std::vecto
   return out;
 }
 
-TEST(SpecStepCensus, SpeculativeStepIsTwoRoundTripsAndNoDirectLaunches) {
+TEST(SpecStepCensus, SpeculativeStepIsOneRoundTripAndNoDirectLaunches) {
   CountedDemoPair p;
   const std::vector<int32_t> prompt = p.demo.tok.encode(kCodePrompt, false);
   ASSERT_GT(prompt.size(), 4u);
@@ -124,13 +126,55 @@ TEST(SpecStepCensus, SpeculativeStepIsTwoRoundTripsAndNoDirectLaunches) {
   EXPECT_EQ(pd.syncs, kTokens - 1);
   EXPECT_EQ(pd.ops_outside, 0);
   EXPECT_EQ(pd.allocs, 0);
-  // A speculative step: the draft's ids and the verify's ids come back (two round trips; the
-  // verify batch is built on the host from the drafts), and no op runs outside a step: the
+  // A speculative step: one round trip. The drafts stay on the device, where the verify step
+  // copies them into its tokens, so the host queues the draft and the verify without waiting
+  // and downloads the drafts with the verify's ids after it. No op runs outside a step: the
   // rollback copies and the drafter's ingest of the kept rows are graphs too.
-  EXPECT_EQ(sd.syncs, 2 * sst.draft_steps);
+  EXPECT_EQ(sd.syncs, sst.draft_steps);
   EXPECT_EQ(sd.ops_outside, 0);
   EXPECT_EQ(sd.allocs, 0);
   EXPECT_LE(sd.graphs, 3 * sst.draft_steps);
+}
+
+// The serving engine's speculative steps (one request): one round trip each too. The drafts
+// stay in the slot's part of the engine's device buffer, and one download after the verify
+// brings them with the step's argmax ids.
+TEST(SpecStepCensus, EngineSpeculativeStepIsOneRoundTrip) {
+  CountedDemoPair p;
+  DFlashSource drafts(p.demo.draft, p.demo.target, kCtx);
+  EngineOptions eo;
+  eo.ctx = kCtx;
+  eo.spec.adaptive = false;  // always the full width
+  Engine engine(p.demo.target, p.demo.tok, eo, &drafts);
+  GenerationRequest r;
+  r.prompt = p.demo.tok.encode(kCodePrompt, false);
+  r.max_tokens = kCtx - int(r.prompt.size()) - 1;  // the stop decision ends the run
+  r.sampling.temperature = 0;
+  std::vector<int32_t> out;
+  StepCounts at_first, at_end;
+  GenerationResult res;
+  std::promise<void> done;
+  r.on_token = [&](const TokenEvent& ev) {  // the worker thread, as the census's counts
+    if (out.empty()) at_first = p.be->counts();
+    out.push_back(ev.id);
+    TokenDecision d;
+    d.stop = int(out.size()) >= kTokens;
+    if (d.stop) at_end = p.be->counts();  // before the request's state is freed (not a step's work)
+    return d;
+  };
+  r.on_done = [&](const GenerationResult& g) {
+    res = g;
+    done.set_value();
+  };
+  ASSERT_NE(engine.submit(std::move(r)), nullptr);
+  done.get_future().wait();
+  ASSERT_EQ(int(out.size()), kTokens);
+  ASSERT_GT(res.draft_steps, 0);
+  const StepCounts d = at_end - at_first;
+  print("engine spec step", per_step(d, res.draft_steps));
+  EXPECT_EQ(d.syncs, res.draft_steps);
+  EXPECT_EQ(d.ops_outside, 0);
+  EXPECT_EQ(d.allocs, 0);
 }
 
 }  // namespace

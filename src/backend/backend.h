@@ -221,6 +221,11 @@ class Backend {
   // index; NaN is below every number (a row of only NaN gives 0). Waits for the result, like
   // download().
   virtual void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) = 0;
+  // The same ids into backend memory (out: rows int32), without waiting for them: later ops read
+  // them there (a drafter's proposals become a verify batch's tokens, Batch::add_speculative_from)
+  // and one download brings them, with whatever else is ready, to the host. Inside a step it is
+  // one more op of the step (CUDA: recorded into its graph).
+  virtual void argmax_rows_to(const float* x, int rows, int n, size_t stride, int32_t* out) = 0;
   // Top-k candidates without downloading logits: for each row r (as argmax_rows) the k largest
   // of the first n values, sorted by value descending, equal values by lower id first (Sampler's
   // order; +0 and -0 are equal), NaN below every number. Writes k ids to ids_host[r * k ...] and

@@ -125,6 +125,9 @@ void ForwardingBackend::gated_rms_norm(float* x, const float* z, const float* w,
 void ForwardingBackend::argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) {
   forward({BackendOp::kArgmax}, [&] { inner_.argmax_rows(x, rows, n, stride, out_host); });
 }
+void ForwardingBackend::argmax_rows_to(const float* x, int rows, int n, size_t stride, int32_t* out) {
+  forward({BackendOp::kArgmaxTo}, [&] { inner_.argmax_rows_to(x, rows, n, stride, out); });
+}
 void ForwardingBackend::top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids_host,
                                    float* vals_host) {
   forward({BackendOp::kTopK}, [&] { inner_.top_k_rows(x, rows, n, stride, k, ids_host, vals_host); });

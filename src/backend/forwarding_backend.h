@@ -11,7 +11,7 @@ namespace df {
 enum class BackendOp : int {
   kAlloc, kRelease, kUpload, kDownload, kCopy, kCopy2d, kSynchronize, kWeightData, kEmbed, kRmsNorm, kAdd,
   kSwiglu, kMulSigmoid, kRope, kKvStore, kAttention, kConv1d, kL2Norm, kGdnGates, kGdnDeltaRule,
-  kGatedRmsNorm, kArgmax, kAddRmsNorm, kQkNormRope, kGdnConvNormGates, kTopK, kCopy2dIndexed,
+  kGatedRmsNorm, kArgmax, kAddRmsNorm, kQkNormRope, kGdnConvNormGates, kTopK, kCopy2dIndexed, kArgmaxTo,
   kMatmul, kMatmulSharedInput,
 };
 
@@ -84,6 +84,7 @@ class ForwardingBackend : public Backend {
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                       float eps) override;
   void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) override;
+  void argmax_rows_to(const float* x, int rows, int n, size_t stride, int32_t* out) override;
   void top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids_host, float* vals_host) override;
   // Forwarded without around(): they are no ops, and the wrappers that track steps override them.
   void begin_step() override { inner_.begin_step(); }

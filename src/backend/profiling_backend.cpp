@@ -28,7 +28,7 @@ constexpr FixedName kFixed[] = {
     {"gdn_gates", "elementwise"},  {"gdn_delta_rule", "gdn_delta_rule"}, {"gated_rms_norm", "norms"},
     {"argmax_rows", "argmax"},     {"add_rms_norm", "norms"},   {"qk_norm_rope", "norms"},
     {"gdn_conv_norm_gates", "conv"}, {"top_k_rows", "argmax"},
-    {"copy_2d_indexed", "copies"},
+    {"copy_2d_indexed", "copies"}, {"argmax_rows_to", "argmax"},
 };
 
 // Row-count class x weight-size class: small matrices pay fixed launch costs, big ones show

@@ -73,6 +73,7 @@ void generate_one(const RunArgs& a, const LoadedModel& m, SpecDecoder* spec, Gen
     std::fflush(stdout);
     return true;
   };
+  if (gen) gen->reset();  // each prompt on its own (Generator::generate continues the sequence)
   const GenerateStats st = spec ? spec->generate(prompt, opt, on_token) : gen->generate(prompt, opt, on_token);
   const std::string tail = dec.flush();
   std::fwrite(tail.data(), 1, tail.size(), stdout);

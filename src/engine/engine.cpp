@@ -75,6 +75,9 @@ Engine::Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& op
   opt_.parallel = drafts_.empty() ? std::clamp(opt_.parallel, 1, model_.options().max_batch_rows) : int(drafts_.size());
   if (opt_.parallel > model_.options().max_batch_rows) fail("engine: more draft sources than batch rows");
   state_ = model_.make_state(opt_.parallel, opt_.ctx, drafts_.empty() ? 0 : drafts_.front()->block_size());
+  draft_ids_ = drafts_.empty() ? 0 : size_t(opt_.parallel) * size_t(drafts_.front()->block_size() - 1);
+  ids_host_.resize(draft_ids_ + size_t(model_.options().max_batch_rows));
+  ids_dev_ = static_cast<int32_t*>(model_.backend().alloc(ids_host_.size() * sizeof(int32_t)));
   for (int i = 0; i < opt_.parallel; ++i) {
     seqs_.push_back(state_->create());
     free_slots_.push_back(opt_.parallel - 1 - i);  // slot 0 first
@@ -85,6 +88,7 @@ Engine::Engine(TargetModel& model, const Tokenizer& tok, const EngineOptions& op
 Engine::~Engine() {
   shutdown();
   worker_.join();
+  model_.backend().release(ids_dev_);
 }
 
 void Engine::shutdown() {
@@ -290,19 +294,23 @@ bool Engine::run_parts() {
     }
   }
   out_.greedy_only = ids ? n_sampleable : 0;
+  out_.greedy_to = ids ? ids_dev_ + draft_ids_ : nullptr;
   out_.top_k_only = std::min(top_k, n_sampleable);
   out_.top_k_limit = n_sampleable;
   const size_t K = size_t(out_.top_k_only);
   try {
     model_.forward(batch_, *state_, out_);
+    fetch_ids(ids);
   } catch (const std::exception& e) {
     out_.greedy_only = 0;
+    out_.greedy_to = nullptr;
     out_.top_k_only = 0;
     for (const Part& p : parts_)
       if (is_active(*p.a)) finish(*p.a, FinishReason::Error, e.what());
     return false;
   }
   out_.greedy_only = 0;
+  out_.greedy_to = nullptr;
   out_.top_k_only = 0;
   size_t li = 0, row = 0;  // logit row, batch row
   for (const Part& p : parts_) {
@@ -335,6 +343,21 @@ bool Engine::run_parts() {
     }
   }
   return true;
+}
+
+void Engine::fetch_ids(bool ids) {
+  const bool drafts = std::any_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.device_drafts; });
+  if (!ids && !drafts) return;
+  const size_t D = draft_ids_, n_ids = ids ? out_.logit_rows.size() : 0;
+  const size_t from = drafts ? 0 : D;
+  model_.backend().download(ids_host_.data() + from, ids_dev_ + from, (D + n_ids - from) * sizeof(int32_t));
+  if (ids) out_.greedy.assign(ids_host_.begin() + long(D), ids_host_.begin() + long(D + n_ids));
+  const size_t B1 = drafts_.empty() ? 0 : size_t(drafts_.front()->block_size() - 1);
+  for (const Part& p : parts_)
+    if (p.device_drafts) {
+      const auto first = ids_host_.begin() + long(size_t(p.a->slot) * B1);
+      std::copy(first, first + p.drafted, p.a->drafts_buf.begin());
+    }
 }
 
 bool Engine::next_token(Active& a, int32_t& token) {
@@ -390,8 +413,16 @@ void Engine::add_spec_part(Active& a, int32_t anchor, int n) {
   a.qs.clear();  // empty: point proposals (walk_block)
   a.qs_top.clear();
   const int k = top_k_needed(a);
+  const int p0 = state_->get(a.seq).n_past;
   if (a.ticket->req.sampling.temperature <= 0 || opt_.spec.argmax_drafts) {
-    a.drafts->propose_greedy(anchor, n, n_sampleable, a.drafts_buf);
+    // The drafter's argmax stays on the device, in the slot's ids: the verify rows read it there
+    // and fetch_ids brings it to drafts_buf after the forward.
+    int32_t* ids = ids_dev_ + size_t(a.slot) * size_t(a.drafts->block_size() - 1);
+    a.drafts->propose_greedy_to(anchor, n, n_sampleable, model_.backend(), ids);
+    batch_.add_speculative(a.seq, p0, anchor);
+    batch_.add_speculative_from(a.seq, p0 + 1, ids, n);
+    parts_.push_back({&a, size_t(n) + 1, false, true, n, true});
+    return;
   } else if (k > 0) {  // drafts from the drafter's top candidates (the step may still verify on full logits)
     a.drafts->propose_top(anchor, n, k, n_sampleable, draft_top_ids_, draft_top_logits_);
     spec::choose_drafts_top(spec::TopRows{draft_top_ids_, draft_top_logits_, size_t(k)}, false, a.draft_sampler, a.rng,
@@ -400,7 +431,6 @@ void Engine::add_spec_part(Active& a, int32_t anchor, int n) {
     a.drafts->propose(anchor, n, draft_logits_);
     spec::choose_drafts(draft_logits_, V, n_sampleable, false, a.draft_sampler, a.rng, a.drafts_buf, a.qs);
   }
-  const int p0 = state_->get(a.seq).n_past;
   batch_.add_speculative(a.seq, p0, anchor);
   for (int i = 0; i < n; ++i) batch_.add_speculative(a.seq, p0 + 1 + i, a.drafts_buf[size_t(i)]);
   parts_.push_back({&a, size_t(n) + 1, false, true, n});

@@ -133,6 +133,9 @@ class Engine {
   // forward, then per part: the walk over a speculative part's rows (commit, rollback), drafter
   // ingest, next logits or ids. false: the forward failed (its parts are finished).
   bool run_parts();
+  // After the forward, one download: the step's argmax ids (ids: into out_.greedy) and the
+  // drafts its speculative parts left on the device (into their drafts_buf).
+  void fetch_ids(bool ids);
   // After the forward: walks a's verified block (its logits or ids from logit row li0, batch
   // row row0), commits the kept rows and rolls the rest back.
   // K > 0: the step returned each logit row's top K candidates (ForwardOutput::top_k_only).
@@ -164,9 +167,16 @@ class Engine {
     size_t rows;
     bool prefill, logits;
     int drafted = 0;  // > 0: a speculative block of 1 + drafted rows, all with logits
+    bool device_drafts = false;  // the drafts are the drafter's argmax, left on the device (ids_dev_)
   };
   std::vector<Part> parts_;           // of batch_, reused every step
   std::vector<Active*> decoding_;     // step_batched scratch
+  // Ids on the device (backend memory): each slot's greedy drafts (block - 1 from slot * (block -
+  // 1)), then, from draft_ids_, a step's argmax ids (one per logit row). The verify rows read
+  // the drafts there; after the forward one download brings what the step needs to ids_host_.
+  int32_t* ids_dev_ = nullptr;
+  size_t draft_ids_ = 0;  // slots x (block - 1)
+  std::vector<int32_t> ids_host_;
   std::vector<float> draft_logits_;               // speculation scratch, reused every step
   std::vector<int32_t> draft_top_ids_;             // the drafter's top candidates (device_top_k)
   std::vector<float> draft_top_logits_;

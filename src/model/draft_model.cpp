@@ -206,6 +206,14 @@ void DraftModel::draft_greedy(SequenceStore& st, int seq, int32_t anchor, int li
   be_.argmax_rows(s_->logits, block_ - 1, limit, size_t(V), ids.data());
 }
 
+void DraftModel::draft_greedy_to(SequenceStore& st, int seq, int32_t anchor, int limit, int32_t* ids) {
+  const int V = target_.hparams().n_vocab;
+  if (limit <= 0 || limit > V) fail("draft_greedy_to: id limit {} outside 1..{}", limit, V);
+  StepScope step(be_);
+  run_block(st, seq, anchor);
+  be_.argmax_rows_to(s_->logits, block_ - 1, limit, size_t(V), ids);
+}
+
 void DraftModel::run_block(SequenceStore& st, int seq, int32_t anchor) {
   Scratch& s = *s_;
   const int B = block_;

@@ -69,6 +69,9 @@ class DraftModel {
   // The same block, greedy: ids receives B-1 ids, row i's argmax among ids < limit, computed on
   // the backend (no logits download).
   void draft_greedy(SequenceStore& st, int seq, int32_t anchor, int limit, std::vector<int32_t>& ids);
+  // The same ids left in backend memory (ids: B-1 int32, Backend::argmax_rows_to), without
+  // waiting for the block: a verify step may read them there (Batch::add_speculative_from).
+  void draft_greedy_to(SequenceStore& st, int seq, int32_t anchor, int limit, int32_t* ids);
   // The same block's rows as their k largest logits among ids < limit (Backend::top_k_rows):
   // (B-1) x k ids and logits, row-major.
   void draft_top_k(SequenceStore& st, int seq, int32_t anchor, int k, int limit, std::vector<int32_t>& ids,

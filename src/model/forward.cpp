@@ -101,12 +101,23 @@ void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& 
   s.h_pos.resize(size_t(R));
   s.segs.clear();
   out.logit_rows.clear();
+  for (size_t i = 0; i < batch.device_tokens.size(); ++i) {
+    const DeviceTokens& d = batch.device_tokens[i];
+    if (d.ids == nullptr || d.n < 1 || d.row < 0 || d.row + d.n > R ||
+        (i > 0 && d.row < batch.device_tokens[i - 1].row + batch.device_tokens[i - 1].n))
+      fail("device tokens for rows {}..{} of a batch of {} (in row order, not overlapping)", d.row, d.row + d.n - 1, R);
+  }
+  size_t dev = 0;  // the device-token run at or after row r
   for (int r = 0; r < R; ++r) {
     const BatchRow& row = batch.rows[size_t(r)];
-    if (row.token < 0 || row.token >= hp_.n_vocab)
+    while (dev < batch.device_tokens.size() && batch.device_tokens[dev].row + batch.device_tokens[dev].n <= r) ++dev;
+    const bool on_device = dev < batch.device_tokens.size() && batch.device_tokens[dev].row <= r;
+    if (on_device && row.token != Batch::kDeviceToken)
+      fail("row {} takes its token from device memory but holds token {}", r, row.token);
+    if (!on_device && (row.token < 0 || row.token >= hp_.n_vocab))
       fail("token id {} is outside the vocabulary (0..{})", row.token, hp_.n_vocab - 1);
     if (row.parent != -1) fail("tree rows (parent != -1) are not supported yet");
-    s.h_tokens[size_t(r)] = row.token;
+    s.h_tokens[size_t(r)] = on_device ? 0 : row.token;  // a device row's id is copied in below
     s.h_pos[size_t(r)] = row.pos;
     if (row.want_logits) out.logit_rows.push_back(r);
     if (s.segs.empty() || s.segs.back().seq != row.seq) {
@@ -137,6 +148,8 @@ void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& 
   // From here to the logits' download the step's ops may be replayed as one CUDA graph.
   StepScope step(be_);
   be_.upload(s.tokens, s.h_tokens.data(), size_t(R) * sizeof(int32_t));
+  for (const DeviceTokens& d : batch.device_tokens)  // in the step: a CUDA graph holds the copies
+    be_.copy(s.tokens + d.row, d.ids, size_t(d.n) * sizeof(int32_t));
   be_.upload(s.pos, s.h_pos.data(), size_t(R) * sizeof(int32_t));
   const size_t E = size_t(hp_.n_embd);
   checkpoint_conv_windows(st);
@@ -178,7 +191,7 @@ void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& 
   if (top_k > 0 && (out.top_k_limit > int(V) || top_k > std::min(out.top_k_limit, kMaxDeviceTopK)))
     fail("top_k_only {} outside 1..min(top_k_limit {}, {}) (vocabulary {})", top_k, out.top_k_limit, kMaxDeviceTopK, V);
   out.logits.resize(greedy || top_k > 0 ? 0 : size_t(n_logits) * V);
-  out.greedy.resize(greedy ? size_t(n_logits) : 0);
+  out.greedy.resize(greedy && !out.greedy_to ? size_t(n_logits) : 0);
   out.top_ids.resize(size_t(n_logits) * size_t(std::max(top_k, 0)));
   out.top_logits.resize(out.top_ids.size());
   for (int i0 = 0; i0 < n_logits; i0 += opt_.max_logit_rows) {
@@ -192,7 +205,9 @@ void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& 
       i += run;
     }
     be_.matmul(output_, s.lhid, n, s.logits);
-    if (greedy)
+    if (greedy && out.greedy_to)
+      be_.argmax_rows_to(s.logits, n, out.greedy_only, V, out.greedy_to + i0);
+    else if (greedy)
       be_.argmax_rows(s.logits, n, out.greedy_only, V, out.greedy.data() + i0);
     else if (top_k > 0)
       be_.top_k_rows(s.logits, n, out.top_k_limit, V, top_k, out.top_ids.data() + size_t(i0) * top_k,

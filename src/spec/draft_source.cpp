@@ -25,6 +25,12 @@ void DraftSource::propose_greedy(int32_t anchor, int n, int limit, std::vector<i
   }
 }
 
+void DraftSource::propose_greedy_to(int32_t anchor, int n, int limit, Backend& be, int32_t* ids) {
+  std::vector<int32_t> host;
+  propose_greedy(anchor, n, limit, host);
+  be.upload(ids, host.data(), size_t(n) * sizeof(int32_t));
+}
+
 void DraftSource::propose_top(int32_t anchor, int n, int k, int limit, std::vector<int32_t>& ids,
                               std::vector<float>& logits) {
   std::vector<float> full;
@@ -104,6 +110,12 @@ void DFlashSource::propose_greedy(int32_t anchor, int n, int limit, std::vector<
   begin_draft(n);
   draft_.draft_greedy(*state_, seq_, anchor, limit, ids);  // B - 1 ids; the caller wants the first n
   ids.resize(size_t(n));
+}
+
+void DFlashSource::propose_greedy_to(int32_t anchor, int n, int limit, Backend& be, int32_t* ids) {
+  if (&be != &target_.backend()) fail("DFlash drafts go to the target's backend");
+  begin_draft(n);
+  draft_.draft_greedy_to(*state_, seq_, anchor, limit, ids);  // B - 1 ids; the caller reads the first n
 }
 
 void DFlashSource::propose_top(int32_t anchor, int n, int k, int limit, std::vector<int32_t>& ids,

@@ -31,6 +31,11 @@ class DraftSource {
   // Greedy proposals: ids receives n ids, each the argmax of its proposal row among ids < limit
   // (ties to the lowest id). This default downloads the logits; DFlash argmaxes on the backend.
   virtual void propose_greedy(int32_t anchor, int n, int limit, std::vector<int32_t>& ids);
+  // The same ids left in backend memory of `be` (ids: room for block_size() - 1 int32, the first
+  // n the proposals), without waiting for them: the verify batch reads them there
+  // (Batch::add_speculative_from) and the host downloads them with the verify's ids, one round
+  // trip a step. This default runs propose_greedy and uploads; DFlash argmaxes into ids.
+  virtual void propose_greedy_to(int32_t anchor, int n, int limit, Backend& be, int32_t* ids);
   // Proposal rows as their k largest logits among ids < limit, sorted as Backend::top_k_rows
   // sorts them: n x k ids and logits. This default sorts propose()'s logits on the host; DFlash
   // computes them on the backend.
@@ -57,6 +62,7 @@ class DFlashSource final : public DraftSource {
   void on_verified_rows(int first_row, int kept) override;
   void propose(int32_t anchor, int n, std::vector<float>& logits) override;
   void propose_greedy(int32_t anchor, int n, int limit, std::vector<int32_t>& ids) override;
+  void propose_greedy_to(int32_t anchor, int n, int limit, Backend& be, int32_t* ids) override;
   void propose_top(int32_t anchor, int n, int k, int limit, std::vector<int32_t>& ids, std::vector<float>& logits) override;
   void reset() override;
 

@@ -28,7 +28,12 @@ SpecDecoder::SpecDecoder(TargetModel& model, DraftSource& drafts, const Tokenize
       argmax_drafts_(opt.argmax_drafts),
       state_(model.make_state(1, ctx, drafts.block_size())) {
   seq_ = state_->create();
+  const size_t B = size_t(drafts.block_size());
+  ids_dev_ = static_cast<int32_t*>(model.backend().alloc((2 * B - 1) * sizeof(int32_t)));
+  ids_host_.resize(2 * B - 1);
 }
+
+SpecDecoder::~SpecDecoder() { model_.backend().release(ids_dev_); }
 
 int SpecDecoder::drafts_this_step(int budget) const {
   // Never verify past what may still be emitted (the bonus comes on top) or past the context.
@@ -113,8 +118,10 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
     drafts.resize(size_t(n));
     qs.clear();  // empty: point proposals (walk_block)
     qs_top.clear();
-    if (n > 0 && (greedy || argmax_drafts_)) {
-      drafts_.propose_greedy(anchor, n, n_sampleable, drafts);
+    // The drafter's argmax stays on the device (ids_dev_): the verify reads it there.
+    const bool device_drafts = n > 0 && (greedy || argmax_drafts_);
+    if (device_drafts) {
+      drafts_.propose_greedy_to(anchor, n, n_sampleable, model_.backend(), ids_dev_);
     } else if (n > 0 && K > 0) {
       drafts_.propose_top(anchor, n, K, n_sampleable, draft_top_ids, draft_top_logits);
       spec::choose_drafts_top(spec::TopRows{draft_top_ids, draft_top_logits, size_t(K)}, greedy, draft_sampler, rng,
@@ -127,16 +134,33 @@ GenerateStats SpecDecoder::generate(const std::vector<int32_t>& prompt, const Ge
     const int p0 = state_->get(seq_).n_past;
     if (n == 0) {  // a plain step: no checkpoints, nothing to commit
       batch_.add(seq_, p0, anchor, true);
+    } else if (device_drafts) {
+      batch_.add_speculative(seq_, p0, anchor);
+      batch_.add_speculative_from(seq_, p0 + 1, ids_dev_, n);
     } else {
       batch_.add_speculative(seq_, p0, anchor);
       for (int i = 0; i < n; ++i) batch_.add_speculative(seq_, p0 + 1 + i, drafts[size_t(i)]);
     }
+    const size_t B1 = size_t(drafts_.block_size()) - 1;  // the verify's ids follow the drafts in ids_dev_
     out_.greedy_only = argmax_only ? n_sampleable : 0;
+    out_.greedy_to = argmax_only ? ids_dev_ + B1 : nullptr;
     out_.top_k_only = K;
     out_.top_k_limit = n_sampleable;
     model_.forward(batch_, *state_, out_);
     out_.greedy_only = 0;
+    out_.greedy_to = nullptr;
     out_.top_k_only = 0;
+    // The step's one wait: the drafts and the verify's ids come down together (a sampled step's
+    // verify rows came down in the forward; its drafts follow, the device idle by then).
+    const size_t rows = size_t(n) + 1;
+    if (argmax_only) {
+      const size_t from = device_drafts ? 0 : B1;
+      model_.backend().download(ids_host_.data() + from, ids_dev_ + from, (B1 + rows - from) * sizeof(int32_t));
+      out_.greedy.assign(ids_host_.begin() + long(B1), ids_host_.begin() + long(B1 + rows));
+    } else if (device_drafts) {
+      model_.backend().download(ids_host_.data(), ids_dev_, size_t(n) * sizeof(int32_t));
+    }
+    if (device_drafts) std::copy(ids_host_.begin(), ids_host_.begin() + n, drafts.begin());
     const spec::TopRows target_top{out_.top_ids, out_.top_logits, size_t(K)};
     auto on_accept = [&](int32_t d) {
       st.accepted_tokens++;

@@ -1,6 +1,8 @@
 // Single-sequence generation with chain speculation over the Batch API: prefill (features go to
 // the draft source), then steps of draft → one verify forward of [anchor, drafts…] → accept →
 // commit the kept prefix (rollback by checkpoint copy) → feed the kept rows to the drafter.
+// Greedy drafts stay on the device: the verify reads them there, so the host queues the draft
+// and the verify back to back and waits once a step, for the drafts and the verify's ids.
 // Output equals plain decoding token for token (greedy) or in distribution (sampling).
 // When to speculate: SpecPolicy (spec/spec_policy.h).
 #pragma once
@@ -21,6 +23,9 @@ class Tokenizer;
 class SpecDecoder {
  public:
   SpecDecoder(TargetModel& model, DraftSource& drafts, const Tokenizer* tok, int ctx, SpecOptions opt = {});
+  ~SpecDecoder();
+  SpecDecoder(const SpecDecoder&) = delete;
+  SpecDecoder& operator=(const SpecDecoder&) = delete;
 
   GenerateStats generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                          const std::function<bool(int32_t)>& on_token);
@@ -37,6 +42,11 @@ class SpecDecoder {
   int seq_ = -1;
   Batch batch_;
   ForwardOutput out_;
+  // Greedy steps' ids on the device (backend memory): the drafter's B-1 proposals, then the
+  // verify rows' B argmax ids. The drafts become the verify's tokens there, and one download
+  // after the verify brings both to ids_host_.
+  int32_t* ids_dev_ = nullptr;
+  std::vector<int32_t> ids_host_;
 };
 
 }  // namespace df

@@ -47,6 +47,10 @@ class CpuBackend final : public Backend {
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                       float eps) override;
   void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) override;
+  // Backend memory is host memory here: the ids are written where argmax_rows writes them.
+  void argmax_rows_to(const float* x, int rows, int n, size_t stride, int32_t* out) override {
+    argmax_rows(x, rows, n, stride, out);
+  }
   void top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids_host, float* vals_host) override;
 
  private:

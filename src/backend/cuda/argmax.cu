@@ -84,9 +84,9 @@ __global__ void __launch_bounds__(kMaxParts) argmax_merge_k(const Pick* __restri
 
 size_t argmax_scratch_bytes(int rows) { return argmax_split::scratch_bytes(rows); }
 
-void argmax_rows(const float* x, int rows, int n, size_t stride, void* scratch, cudaStream_t s) {
+void argmax_rows(const float* x, int rows, int n, size_t stride, void* scratch, int32_t* out, cudaStream_t s) {
   static_assert(kMaxParts % kWarp == 0 && kThreads % kWarp == 0, "whole warps");
-  auto* ids = static_cast<int32_t*>(scratch);
+  int32_t* ids = out != nullptr ? out : static_cast<int32_t*>(scratch);
   auto* picks = reinterpret_cast<Pick*>(static_cast<char*>(scratch) + argmax_split::picks_offset(rows));
   const int chunk = argmax_split::chunk(n), n_parts = argmax_split::parts(n);
   const dim3 grid(unsigned(n_parts), unsigned(rows < 65535 ? rows : 65535));

@@ -542,7 +542,12 @@ void CudaBackend::argmax_rows(const float* x, int rows, int n, size_t stride, in
   download(out_host, ids, size_t(rows) * sizeof(int32_t));
 }
 
-const int32_t* CudaBackend::argmax_launch(const float* x, int rows, int n, size_t stride) {
+void CudaBackend::argmax_rows_to(const float* x, int rows, int n, size_t stride, int32_t* out) {
+  if (rows <= 0) return;
+  argmax_launch(x, rows, n, stride, out);
+}
+
+const int32_t* CudaBackend::argmax_launch(const float* x, int rows, int n, size_t stride, int32_t* out) {
   if (n <= 0 || size_t(n) > stride) fail("argmax_rows: bad row (n = {}, stride = {})", n, stride);
   enter();
   if (argmax_cap_ < rows) {
@@ -554,9 +559,9 @@ const int32_t* CudaBackend::argmax_launch(const float* x, int rows, int n, size_
     check(cudaMalloc(reinterpret_cast<void**>(&argmax_dev_), cuda::argmax_scratch_bytes(rows)), "argmax_rows (scratch)");
     argmax_cap_ = rows;
   }
-  cuda::argmax_rows(x, rows, n, stride, argmax_dev_, as_stream(stream_));
+  cuda::argmax_rows(x, rows, n, stride, argmax_dev_, out, as_stream(stream_));
   check_launch("argmax_rows");
-  return argmax_dev_;
+  return out != nullptr ? out : argmax_dev_;
 }
 
 void CudaBackend::top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids_host,

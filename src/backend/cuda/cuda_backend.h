@@ -76,6 +76,7 @@ class CudaBackend : public Backend {
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                       float eps) override;
   void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) override;
+  void argmax_rows_to(const float* x, int rows, int n, size_t stride, int32_t* out) override;
   void top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids_host, float* vals_host) override;
 
   // Products that took their Q8_K activations from the op before them (tests check it).
@@ -95,8 +96,9 @@ class CudaBackend : public Backend {
   void attention_table(const float* q, size_t q_row_stride, size_t q_head_stride, int rows, const int32_t* pos,
                        int n_head, const KvLayerView& kv, const int32_t* table, int n_blocks, float scale,
                        float* out);
-  // The argmax kernel of argmax_rows into argmax_dev_ (returned), without the download.
-  const int32_t* argmax_launch(const float* x, int rows, int n, size_t stride);
+  // The argmax kernels of argmax_rows into out (device memory), or into argmax_dev_ when out is
+  // null; returns where the ids went. No download.
+  const int32_t* argmax_launch(const float* x, int rows, int n, size_t stride, int32_t* out = nullptr);
   const int32_t* argmax_results() const { return argmax_dev_; }
   // The top-k kernels of top_k_rows into top_k_scratch_, without the download.
   void top_k_launch(const float* x, int rows, int n, size_t stride, int k);

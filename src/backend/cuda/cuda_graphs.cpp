@@ -48,7 +48,7 @@ int padded_blocks(int n) {
 enum class CudaGraphBackend::Op : uint8_t {
   kUpload, kTable, kCopy, kCopy2d, kMatmul, kEmbed, kRmsNorm, kAdd, kSwiglu, kMulSigmoid, kRope, kKvStore,
   kAttention, kConv1d, kL2Norm, kGdnGates, kDeltaRule, kGatedRmsNorm, kArgmax, kMatmulShared,
-  kAddRmsNorm, kQkNormRope, kGdnConvNormGates, kTopK, kCopy2dIndexed,
+  kAddRmsNorm, kQkNormRope, kGdnConvNormGates, kTopK, kCopy2dIndexed, kArgmaxTo,
 };
 
 // Arguments go on the tape field by field: the bytes must be a function of the values alone
@@ -135,27 +135,31 @@ void CudaGraphBackend::replay(Reader& r, void (C::*fn)(A...)) {
 }
 
 CudaGraphBackend::CudaGraphBackend(int device, bool fuse_quantize, bool tiles)
-    : CudaBackend(device, fuse_quantize, tiles) {
-  cudaEvent_t e = nullptr;
-  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-  pinned_free_ = e;
-}
+    : CudaBackend(device, fuse_quantize, tiles) {}
 
 CudaGraphBackend::~CudaGraphBackend() {
   // No throwing: as ~CudaBackend, errors at teardown are ignored.
   cudaSetDevice(device());
   cudaStreamSynchronize(stream());
-  for (Graph& g : graphs_)
+  for (Graph& g : graphs_) {
     if (g.exec) cudaGraphExecDestroy(g.exec);
-  cudaFreeHost(pinned_);
+    cudaFreeHost(g.pinned);
+    if (g.done) cudaEventDestroy(g.done);
+  }
   cudaFree(tables_dev_);
-  cudaEventDestroy(pinned_free_);
 }
 
 void CudaGraphBackend::destroy(CUgraphExec_st*& exec) {
   if (exec) cudaGraphExecDestroy(exec);
   exec = nullptr;
 }
+
+void CudaGraphBackend::wait_idle(Graph& g) {
+  if (!g.in_flight) return;
+  check(cudaEventSynchronize(g.done), "CUDA graph staging (wait)");
+  g.in_flight = false;
+}
+
 
 // --- steps ---
 
@@ -196,11 +200,11 @@ CudaGraphBackend::StagedTable CudaGraphBackend::stage_table(const SeqKv& seq) {
 }
 
 void CudaGraphBackend::upload_staged(void* dst, size_t staged, size_t bytes) {
-  CudaBackend::upload(dst, pinned_ + staged, bytes);
+  CudaBackend::upload(dst, run_pinned_ + staged, bytes);
 }
 
 void CudaGraphBackend::table_staged(int device_index, size_t staged, int n) {
-  CudaBackend::upload(tables_dev_ + device_index, pinned_ + staged, size_t(n) * sizeof(int32_t));
+  CudaBackend::upload(tables_dev_ + device_index, run_pinned_ + staged, size_t(n) * sizeof(int32_t));
 }
 
 void CudaGraphBackend::kv_store_at(const KvLayerView& kv, int table_index, int n_blocks, const float* k,
@@ -220,35 +224,41 @@ void CudaGraphBackend::top_k_at(const float* x, int rows, int n, size_t stride, 
   top_k_launch(x, rows, n, stride, k);
 }
 
-// The staged bytes go to pinned memory, which the tape's copies read when they run: wait for
-// the previous step's copies first, grow the buffers when needed (a new generation: graphs
-// holding the old addresses are captured again).
-void CudaGraphBackend::prepare_staging() {
-  if (pinned_pending_) {
-    check(cudaEventSynchronize(pinned_free_), "CUDA graph staging (wait)");
-    pinned_pending_ = false;
-  }
-  if (staging_.size() > pinned_cap_) {
-    const size_t cap = std::max({staging_.size(), 2 * pinned_cap_, size_t(4096)});
-    check(cudaFreeHost(pinned_), "cudaFreeHost");
-    pinned_ = nullptr;
-    pinned_cap_ = 0;
+// Block tables go to one device buffer, written by the tape's copies in stream order: grown
+// here (a new generation: graphs holding the old address are captured again) once the work
+// queued before, which may still read it, is done.
+void CudaGraphBackend::prepare_tables() {
+  if (size_t(tables_used_) <= tables_cap_) return;
+  const size_t cap = std::max({size_t(tables_used_), 2 * tables_cap_, size_t(1024)});
+  check(cudaStreamSynchronize(stream()), "CUDA graph block tables (pending work)");
+  check(cudaFree(tables_dev_), "cudaFree");
+  tables_dev_ = nullptr;
+  tables_cap_ = 0;
+  check(cudaMalloc(reinterpret_cast<void**>(&tables_dev_), cap * sizeof(int32_t)), "CUDA graph block tables");
+  tables_cap_ = cap;
+  ++buffers_generation_;
+}
+
+// The staged bytes go to the tape's own pinned buffer, which its copies read when they run.
+// Each tape has its own (equal tapes stage the same number of bytes: every staged range is on
+// the tape), so only that tape's previous run must be done before the bytes are rewritten: a
+// step is launched while the different steps before it still run (a speculative step's draft,
+// verify and commit go to the GPU one after the other without waiting for each other).
+void CudaGraphBackend::stage_into(Graph& g) {
+  const size_t bytes = staging_.size();
+  wait_idle(g);
+  if (g.pinned_bytes < bytes) {  // the first run of this tape (a larger one cannot happen; captured anew if it did)
+    destroy(g.exec);
+    check(cudaFreeHost(g.pinned), "cudaFreeHost");
+    g.pinned = nullptr;
+    g.pinned_bytes = 0;
     void* p = nullptr;
-    check(cudaMallocHost(&p, cap), "CUDA graph staging (pinned)");
-    pinned_ = static_cast<unsigned char*>(p);
-    pinned_cap_ = cap;
-    ++buffers_generation_;
+    check(cudaMallocHost(&p, bytes), "CUDA graph staging (pinned)");
+    g.pinned = static_cast<unsigned char*>(p);
+    g.pinned_bytes = bytes;
   }
-  if (size_t(tables_used_) > tables_cap_) {
-    const size_t cap = std::max({size_t(tables_used_), 2 * tables_cap_, size_t(1024)});
-    check(cudaFree(tables_dev_), "cudaFree");
-    tables_dev_ = nullptr;
-    tables_cap_ = 0;
-    check(cudaMalloc(reinterpret_cast<void**>(&tables_dev_), cap * sizeof(int32_t)), "CUDA graph block tables");
-    tables_cap_ = cap;
-    ++buffers_generation_;
-  }
-  if (!staging_.empty()) std::memcpy(pinned_, staging_.data(), staging_.size());
+  if (bytes > 0) std::memcpy(g.pinned, staging_.data(), bytes);
+  run_pinned_ = g.pinned;
 }
 
 void CudaGraphBackend::run_tape(const std::vector<unsigned char>& tape) {
@@ -278,6 +288,7 @@ void CudaGraphBackend::run_tape(const std::vector<unsigned char>& tape) {
       case Op::kDeltaRule: replay(r, &CudaBackend::gdn_delta_rule); break;
       case Op::kGatedRmsNorm: replay(r, &CudaBackend::gated_rms_norm); break;
       case Op::kArgmax: replay(r, &CudaGraphBackend::argmax_at); break;
+      case Op::kArgmaxTo: replay(r, &CudaBackend::argmax_rows_to); break;
       case Op::kTopK: replay(r, &CudaGraphBackend::top_k_at); break;
       case Op::kMatmulShared: replay_matmul_shared(r); break;
       default: fail("CUDA graph tape: unknown op");
@@ -322,7 +333,7 @@ void CudaGraphBackend::flush() {
     }
   } reset{*this};
   enter();
-  prepare_staging();
+  prepare_tables();
   replaying_ = true;
   const std::vector<unsigned char>& tape = tape_.bytes;
   const uint64_t h = hash_bytes(tape);
@@ -330,18 +341,25 @@ void CudaGraphBackend::flush() {
   for (Graph& o : graphs_)
     if (o.hash == h && o.tape == tape) g = &o;
   if (g == nullptr) {
+    Graph fresh;
     if (graphs_.size() >= kMaxGraphs) {
       auto lru = std::min_element(graphs_.begin(), graphs_.end(),
                                   [](const Graph& a, const Graph& b) { return a.last_use < b.last_use; });
+      wait_idle(*lru);
       destroy(lru->exec);
+      // Its pinned buffer and event serve the new tape (stage_into grows the buffer if needed).
+      fresh.pinned = lru->pinned;
+      fresh.pinned_bytes = lru->pinned_bytes;
+      fresh.done = lru->done;
       *lru = std::move(graphs_.back());
       graphs_.pop_back();
     }
-    g = &graphs_.emplace_back();
+    g = &graphs_.emplace_back(std::move(fresh));
     g->hash = h;
     g->tape = tape;
   }
   g->last_use = ++clock_;
+  stage_into(*g);
   // A new tape is captured at once: it runs op by op only when a scratch buffer would have to
   // grow during the capture (its first sight after a larger step; the next sight captures).
   // A speculative step's draft and verify tapes change with the verify width and the block
@@ -364,8 +382,13 @@ void CudaGraphBackend::flush() {
     run_tape(tape);
     ++stats_.direct;
   }
-  check(cudaEventRecord(pinned_free_, stream()), "CUDA graph staging (event)");
-  pinned_pending_ = true;
+  if (g->done == nullptr) {
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    g->done = e;
+  }
+  check(cudaEventRecord(g->done, stream()), "CUDA graph staging (event)");
+  g->in_flight = true;
 }
 
 // --- ops: recorded inside a step, launched directly outside one ---
@@ -578,6 +601,13 @@ void CudaGraphBackend::argmax_rows(const float* x, int rows, int n, size_t strid
   record(Op::kArgmax, &CudaGraphBackend::argmax_at, x, rows, n, stride);
   flush();
   CudaBackend::download(out_host, argmax_results(), size_t(rows) * sizeof(int32_t));
+}
+
+// Ids that stay on the device: the kernels join the graph and nothing waits.
+void CudaGraphBackend::argmax_rows_to(const float* x, int rows, int n, size_t stride, int32_t* out) {
+  if (!recording()) return CudaBackend::argmax_rows_to(x, rows, n, stride, out);
+  if (rows <= 0) return;
+  record(Op::kArgmaxTo, &CudaBackend::argmax_rows_to, x, rows, n, stride, out);
 }
 
 // The same for the top-k kernels: they join the graph, the candidates' download waits.

@@ -5,8 +5,11 @@
 // Inside a step ops are not launched but written to a tape: an op code and the bytes of every
 // argument. Data that changes from step to step without changing the launches — upload()
 // sources (tokens, positions) and block tables — goes to a staging area instead; at the end
-// it is copied to a pinned buffer, and the tape holds copies from there (pinned-to-device
-// memcpys, which a graph can hold), so it is part of the replay in its original order.
+// it is copied to a pinned buffer of that tape's own, and the tape holds copies from there
+// (pinned-to-device memcpys, which a graph can hold), so it is part of the replay in its
+// original order. Launching a step waits only for that same tape's previous run (its pinned
+// bytes are rewritten), never for the different steps queued before it: a host may queue a
+// drafter's block and the verify step that reads the drafts on the device back to back.
 // When the step ends (or a download inside it needs its results) the tape is the key:
 //   - a tape seen before whose graph was captured under the same buffer generation replays it;
 //   - any other tape is captured now, instantiated and launched, unless a scratch buffer would
@@ -18,8 +21,8 @@
 // results are the same since a step only touches positions its real blocks hold.
 // A graph was captured from byte-identical calls, so a replay launches the same kernels with
 // the same arguments: results are bit-identical to direct launches. Buffers a launch uses
-// without naming them (matmul scratch, argmax and top-k results, the staging buffers) count a
-// generation when reallocated; a graph from an older generation is captured again.
+// without naming them (matmul scratch, argmax and top-k results, the block-table buffer) count
+// a generation when reallocated; a graph from an older generation is captured again.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -90,6 +93,7 @@ class CudaGraphBackend final : public CudaBackend {
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                       float eps) override;
   void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) override;
+  void argmax_rows_to(const float* x, int rows, int n, size_t stride, int32_t* out) override;
   void top_k_rows(const float* x, int rows, int n, size_t stride, int k, int32_t* ids_host, float* vals_host) override;
 
  private:
@@ -106,6 +110,10 @@ class CudaGraphBackend final : public CudaBackend {
     CUgraphExec_st* exec = nullptr;  // null: seen, not captured (or handed to another tape)
     uint64_t generation = 0;
     uint64_t last_use = 0;
+    unsigned char* pinned = nullptr;  // the tape's staged bytes (cudaMallocHost), read by its copies
+    size_t pinned_bytes = 0;
+    CUevent_st* done = nullptr;  // recorded after the tape's last run (graph or op by op)
+    bool in_flight = false;      // done recorded and not yet waited for
   };
   struct StagedTable {
     size_t staged = 0;  // offset in staging_
@@ -138,7 +146,9 @@ class CudaGraphBackend final : public CudaBackend {
   void flush();                                 // runs the tape recorded so far
   void run_tape(const std::vector<unsigned char>& tape);
   void capture(Graph& g);
-  void prepare_staging();  // sizes the pinned and table buffers, copies staging_ to pinned
+  void prepare_tables();      // sizes the block-table buffer for this tape
+  void stage_into(Graph& g);  // staging_ to g's pinned buffer (after g's previous run), for run_tape
+  void wait_idle(Graph& g);   // waits for g's last run
   void destroy(CUgraphExec_st*& exec);
 
   int depth_ = 0;
@@ -147,12 +157,9 @@ class CudaGraphBackend final : public CudaBackend {
   std::vector<unsigned char> staging_;
   std::vector<StagedTable> tables_;
   int tables_used_ = 0;  // int32 entries of tables_dev_ used by this tape
-  unsigned char* pinned_ = nullptr;
-  size_t pinned_cap_ = 0;
+  const unsigned char* run_pinned_ = nullptr;  // the pinned bytes of the tape being run
   int32_t* tables_dev_ = nullptr;
   size_t tables_cap_ = 0;
-  CUevent_st* pinned_free_ = nullptr;  // recorded after the last work that read pinned_
-  bool pinned_pending_ = false;
   std::vector<Graph> graphs_;
   uint64_t clock_ = 0;
   CudaGraphStats stats_;

@@ -171,11 +171,12 @@ size_t gdn_chunked_scratch_bytes(const GdnShape& shape, int rows);
 void gdn_delta_rule_chunked(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
                             const float* beta, int rows, float* S, float* out, float* scratch, cudaStream_t s);
 
-// argmax.cu -- int32 ids at the start of scratch (device memory of argmax_scratch_bytes(rows)
-// bytes; the rest holds per-chunk picks): id r = argmax of the first n values of row r
-// (x + r * stride) (ties: lowest index; NaN never wins; 0 if all NaN). Two kernels.
+// argmax.cu -- int32 ids at out, or at the start of scratch when out is null (scratch: device
+// memory of argmax_scratch_bytes(rows) bytes; past the ids it holds per-chunk picks): id r =
+// argmax of the first n values of row r (x + r * stride) (ties: lowest index; NaN never wins; 0
+// if all NaN). Two kernels.
 size_t argmax_scratch_bytes(int rows);
-void argmax_rows(const float* x, int rows, int n, size_t stride, void* scratch, cudaStream_t s);
+void argmax_rows(const float* x, int rows, int n, size_t stride, void* scratch, int32_t* out, cudaStream_t s);
 
 // copy_indexed.cu -- Backend::copy_2d_indexed: rows from src + (*index) * index_bytes, the index
 // (device memory) read when the kernel runs.
