@@ -1548,8 +1548,9 @@ TEST_P(CudaModel, LogitsAndGreedyMatchCpu) {
   // L2 error of 4e-2-8e-2). Measured on an H200: max 1.8e-2, relative L2 1e-3. Bounds: 5e-2 and
   // 5e-3, with the greedy check below unchanged.
   const bool tensor_cores = std::string(mc.type) != "f32" && std::string(mc.type) != "bf16";
-  // Q4_K, Q5_K and Q6_K matrices (q4_k, q5_k, and most of mix-q4_k_m) take 8-bit Q8_K activations
-  // on both sides (imma_matmul.cu, imma_q6k.cu; the reference uses the plain CPU product for them),
+  // Q4_K, Q5_K, Q6_K and IQ4_XS matrices (q4_k, q5_k, iq4_xs, and most of mix-q4_k_m) take 8-bit
+  // Q8_K activations on both sides (imma_matmul.cu, imma_q6k.cu, imma_iq4xs.cu; the reference uses
+  // the plain CPU product for them),
   // and Q8_0 ones (q8_0, tiled by default) Q8_0 activations (imma_q80.cu), the same way.
   // Same inputs give the same integers, but an input one ulp apart can round to the next 8-bit
   // step, a jump of 1/127 of its 256-block's largest value (f16: 2^-11 of the element), which
@@ -1557,7 +1558,8 @@ TEST_P(CudaModel, LogitsAndGreedyMatchCpu) {
   // max 0.34, relative L2 1.7e-2 (the plain CPU's own 8-bit activations vs f32: 4e-2-8e-2).
   // Bounds: 0.6 and 5e-2; greedy as below.
   const bool q8k = std::string(mc.type) == "q4_k" || std::string(mc.type) == "q5_k" ||
-                   std::string(mc.type) == "mix-q4_k_m" || std::string(mc.type) == "q8_0";
+                   std::string(mc.type) == "iq4_xs" || std::string(mc.type) == "mix-q4_k_m" ||
+                   std::string(mc.type) == "q8_0";
   const double mx_bound = q8k ? 0.6 : tensor_cores ? 5e-2 : 2e-3;
   EXPECT_LT(mx_32, mx_bound) << tag << ": prompt logits vs the f32 CPU, f32 KV cache";
   EXPECT_LT(mx_r, q8k ? 0.6 : tensor_cores ? 5e-2 : 5e-3) << tag << ": prompt logits vs the f32 CPU, f16 KV cache";
