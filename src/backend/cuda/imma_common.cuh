@@ -290,6 +290,25 @@ __device__ __forceinline__ float q4k_sb_term(float dx, float d, float dmin, int 
   return __fmaf_rn(-__fmul_rn(dx, dmin), msum, a);
 }
 
+// The decode kernels' last step (one m-tile a block, NT n-tiles): the slots' partial sums,
+// part_smem[(slot * kRegs + reg) * 32 + lane] (a lane's mma register reg = 4 nt + j: output
+// o0 + lane / 4 + 8 (j / 2), activation row r0 + 8 nt + 2 (lane % 4) + j % 2), summed in slot
+// order into y; thread t of the block finishes elements t, t + blockDim.x, ...
+template <int kRegs>
+__device__ __forceinline__ void store_slot_sums(const float* part_smem, int n_slots, int64_t o0, int64_t n_out,
+                                                float* y, int64_t y_stride, int r0, int nt_live, int rows) {
+  for (int i = int(threadIdx.x); i < kRegs * kWarp; i += blockDim.x) {
+    const int reg = i / kWarp, l = i % kWarp;
+    const int nt = reg / 4, k = reg % 4;
+    const int64_t o = o0 + l / 4 + 8 * (k / 2);
+    const int r = r0 + nt * 8 + 2 * (l % 4) + (k % 2);
+    if (nt >= nt_live || o >= n_out || r >= rows) continue;
+    float sum = part_smem[reg * kWarp + l];
+    for (int s = 1; s < n_slots; ++s) sum = __fadd_rn(sum, part_smem[(s * kRegs + reg) * kWarp + l]);
+    y[int64_t(r) * y_stride + o] = sum;
+  }
+}
+
 // The super-blocks of a row in `count` slots of `per_slot` consecutive ones (the last may be
 // short): a slot's are summed in order, then the slots in order. A function of n_in alone.
 inline Slots slots_of(int n_sb) {

@@ -148,12 +148,7 @@ __global__ void __launch_bounds__(WM* WN* kWarp, kSmWarps / (WM * WN))
   // Per output: the running total, and for kMulti the current slot's sum (tot_s: the totals).
   float run[MT][NT][4];
   float4* const tot_s = reinterpret_cast<float4*>(smem + kStages * S::kBytes);
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) run[mt][nt][j] = 0.0f;
+  zero_accumulators(run);
   bool first_slot = true;
   int left_in_slot = per_slot;
   const uint32_t realign = c == 0 ? 0x3254u : 0x3210u;  // odd super-blocks (imma_q6k.cu's header)
@@ -274,16 +269,7 @@ __global__ void __launch_bounds__(WM* WN* kWarp, kSmWarps / (WM * WN))
   };
 
   for (int sb = 0; sb < n_sb; ++sb) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // stage sb landed for all threads; stage sb - 1 is no longer read
-    {
-      const int next = sb + kStages - 1;  // into stage (sb - 1) % kStages
-      if (next < n_sb) {
-        load_w(next % kStages, next);
-        load_x(next % kStages, next);
-      }
-      cp_async_commit();
-    }
+    pipeline_advance<kStages>(sb, n_sb, load_w, load_x);
     if (q6k_rot(sb) == 0) step(std::integral_constant<int, 0>{}, sb % kStages);
     else step(std::integral_constant<int, 2>{}, sb % kStages);
 

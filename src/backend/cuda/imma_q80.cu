@@ -177,16 +177,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
 
   // Sum the slots in slot order; thread t of the block finishes elements t, t + blockDim.x, ...
   __syncthreads();
-  for (int i = int(threadIdx.x); i < kRegs * kWarp; i += blockDim.x) {
-    const int reg = i / kWarp, l = i % kWarp;
-    const int nt = reg / 4, k = reg % 4;
-    const int64_t o = bs.o0 + l / 4 + 8 * (k / 2);
-    const int r = r0 + nt * 8 + 2 * (l % 4) + (k % 2);
-    if (nt >= nt_live || o >= bs.n_out || r >= rows) continue;
-    float sum = part(0, reg, l);
-    for (int s = 1; s < slots.count; ++s) sum = __fadd_rn(sum, part(s, reg, l));
-    bs.y[int64_t(r) * bs.y_stride + o] = sum;
-  }
+  store_slot_sums<kRegs>(part_smem, slots.count, bs.o0, bs.n_out, bs.y, bs.y_stride, r0, nt_live, rows);
 }
 
 template <int NT, bool kOneRow = false>

@@ -106,26 +106,12 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
 
   float run[MT][NT][4];
   float4* const tot_s = reinterpret_cast<float4*>(smem + kStages * S::kBytes);
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) run[mt][nt][k] = 0.0f;
+  zero_accumulators(run);
   bool first_slot = true;
   int left_in_slot = per_slot;
 
   for (int sb = 0; sb < n_sb; ++sb) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // stage sb landed for all threads; stage sb - 1 is no longer read
-    {
-      const int next = sb + kStages - 1;
-      if (next < n_sb) {
-        load_w(next % kStages, next);
-        load_x(next % kStages, next);
-      }
-      cp_async_commit();
-    }
+    pipeline_advance<kStages>(sb, n_sb, load_w, load_x);
     const uint8_t* const ws = smem + (sb % kStages) * S::kBytes + S::kW;
     const uint8_t* const xs = smem + (sb % kStages) * S::kBytes + S::kX;
     const uint8_t* const ds = smem + (sb % kStages) * S::kBytes + S::kD;

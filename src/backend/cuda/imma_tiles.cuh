@@ -1,4 +1,5 @@
-// What the tiled prefill GEMMs share (imma_gemm.cu for Q4_K, imma_q6k_gemm.cu for Q6_K):
+// What the tiled prefill GEMMs share (imma_gemm.cu for Q4_K and Q5_K, imma_q6k_gemm.cu for Q6_K,
+// imma_iq4xs_gemm.cu for IQ4_XS, imma_q80_gemm.cu for Q8_0):
 // asynchronous copies into shared memory, and a launch's segments re-cut into blocks of BM outputs.
 #pragma once
 #include <cuda_runtime.h>
@@ -41,6 +42,32 @@ __device__ __forceinline__ void pipeline_prologue(int n_sb, LoadW& load_w, LoadX
     if (st < n_sb) load_x(st, st);
     cp_async_commit();
   }
+}
+
+// Step sb of the main loop: waits until stage sb's copies have landed for all threads (stage
+// sb - 1, which the barrier retires, is then free), and starts super-block sb + kStages - 1's
+// copies into it (an empty commit group past the end, so the wait counts stay uniform).
+template <int kStages, class LoadW, class LoadX>
+__device__ __forceinline__ void pipeline_advance(int sb, int n_sb, LoadW& load_w, LoadX& load_x) {
+  cp_async_wait<kStages - 2>();
+  __syncthreads();
+  const int next = sb + kStages - 1;
+  if (next < n_sb) {
+    load_w(next % kStages, next);
+    load_x(next % kStages, next);
+  }
+  cp_async_commit();
+}
+
+// A thread's MT x NT mma accumulators (four floats each), zeroed.
+template <int MT, int NT>
+__device__ __forceinline__ void zero_accumulators(float (&run)[MT][NT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) run[mt][nt][j] = 0.0f;
 }
 
 // The decode kernels' summation order, kept by the GEMMs for slots of several super-blocks: a
