@@ -171,9 +171,7 @@ int main(int argc, char** argv) {
       const bool q5k = t == GgmlType::Q5_K, iq4 = t == GgmlType::IQ4_XS, q80 = t == GgmlType::Q8_0;
       const bool tiles_only = q5k || iq4 || q80;  // no GGUF-row integer kernel to compare with
       Weight tile_probe = w0;  // (imma_supports: whether the tile kernels take it)
-      tile_probe.q5k_tiles = q5k;
-      tile_probe.iq4xs_tiles = iq4;
-      tile_probe.q80_tiles = q80;
+      tile_probe.tiles = true;
       uint8_t* tiles_dev = nullptr;
       size_t tiles_stride = 0;
       if ((t == GgmlType::Q4_K || tiles_only) && df::cuda::imma_supports(tile_probe)) {
@@ -195,11 +193,7 @@ int main(int argc, char** argv) {
       // The tile copy holding the same weight as GGUF copy w (as CudaBackend::upload_matrix stores it).
       auto tiles_of = [&](const Weight& w) {
         const size_t copy = size_t(static_cast<const uint8_t*>(w.data) - dev) / stride;
-        Weight tw{t, sh.n_in, sh.n_out, tiles_dev + tiles_stride * copy, row_bytes, /*q4k_tiles=*/!tiles_only};
-        tw.q5k_tiles = q5k;
-        tw.iq4xs_tiles = iq4;
-        tw.q80_tiles = q80;
-        return tw;
+        return Weight{t, sh.n_in, sh.n_out, tiles_dev + tiles_stride * copy, row_bytes, /*tiles=*/true};
       };
       auto imma = [&](const Weight& w, int rows) {
         const Weight* ws[1] = {&w};

@@ -605,13 +605,13 @@ TEST_P(CudaMatmul, AgainstExactAndCpu) {
     // (Q4_K: the same kernels' bits; Q8_0: the integer kernels, which only read tiles).
     std::vector<Weight> gpu_ws = {w[1]};
     const Weight up = gpu().upload_matrix(Weight{t, c.n_in, c.n_out, hw.bytes.data(), hw.row_bytes});
-    if (up.tiled()) gpu_ws.push_back(up);
+    if (up.tiles) gpu_ws.push_back(up);
     for (const Weight& wg : gpu_ws) {
       Twin<float> xd(be(), x), yd(be(), std::vector<float>(size_t(c.rows) * c.n_out, kPoison));
       both([&](Backend& b, int s) { b.matmul(s == 0 ? w[0] : wg, xd[s], c.rows, yd[s]); });
       const auto cpu = yd.get(0), gpu = yd.get(1);
       std::ostringstream name;
-      name << "matmul " << type_name(t) << (wg.tiled() ? " tiles " : " ") << c.n_in << "x" << c.n_out
+      name << "matmul " << type_name(t) << (wg.tiles ? " tiles " : " ") << c.n_in << "x" << c.n_out
            << " rows=" << c.rows;
       Check vs_exact(name.str() + " vs exact"), vs_cpu(name.str() + " vs cpu");
       const bool int8 = cuda::imma_supports(wg);  // (device copies are 256-byte aligned)
@@ -688,7 +688,7 @@ TEST_P(CudaMatmul, RowsAreBatchInvariant) {
     const std::vector<float> x = make_activations(rows, n_in, 99 + uint64_t(t));
     std::vector<Weight> layouts = {Weight{t, n_in, n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes}};
     const Weight up = gpu().upload_matrix(Weight{t, n_in, n_out, hw.bytes.data(), hw.row_bytes});
-    if (up.tiled()) layouts.push_back(up);
+    if (up.tiles) layouts.push_back(up);
     for (const Weight& w : layouts) {
       float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
       float* yd = static_cast<float*>(gpu().alloc(size_t(rows) * n_out * sizeof(float)));
@@ -704,7 +704,7 @@ TEST_P(CudaMatmul, RowsAreBatchInvariant) {
           gpu().matmul(w, xd + size_t(r0) * n_in, std::min(width, rows - r0), yd + size_t(r0) * n_out);
         gpu().download(part.data(), yd, part.size() * sizeof(float));
         std::ostringstream name;
-        name << "matmul " << type_name(t) << (w.tiled() ? " tiles " : " ") << n_in << "x" << n_out
+        name << "matmul " << type_name(t) << (w.tiles ? " tiles " : " ") << n_in << "x" << n_out
              << " rows in calls of " << width << " vs one call of " << rows;
         Check(name.str()).exact(part, all);
       }
@@ -784,7 +784,7 @@ void expect_gemm_rows_equal_decode_rows(Backend& gpu, GgmlType t, const GemmCase
   const Weight w = upload_matrix
                        ? gpu.upload_matrix(Weight{t, c.n_in, c.n_out, hw.bytes.data(), hw.row_bytes})
                        : product_weight(gpu, hw);
-  EXPECT_TRUE(!upload_matrix || w.tiled()) << "upload_matrix kept " << type_name(t) << " in rows";
+  EXPECT_TRUE(!upload_matrix || w.tiles) << "upload_matrix kept " << type_name(t) << " in rows";
   const size_t n_out = size_t(c.n_out);
   const std::vector<float> poison(size_t(c.rows) * n_out, kPoison);
   float* xd = static_cast<float*>(gpu.alloc(x.size() * sizeof(float)));
@@ -3107,7 +3107,7 @@ TEST_F(CudaOps, Q4kTiledWeightsEqualRows) {
     const Weight w2{GgmlType::Q4_K, sh.n_in, 48, gpu().weight_data(hw2.bytes.data(), hw2.bytes.size()), hw2.row_bytes};
     const Weight wt = gpu().upload_matrix(Weight{GgmlType::Q4_K, sh.n_in, sh.n_out, hw.bytes.data(), hw.row_bytes});
     const Weight wt2 = gpu().upload_matrix(Weight{GgmlType::Q4_K, sh.n_in, 48, hw2.bytes.data(), hw2.row_bytes});
-    ASSERT_TRUE(wt.q4k_tiles && wt2.q4k_tiles);
+    ASSERT_TRUE(wt.tiles && wt2.tiles);
     constexpr int kMaxRows = 512;
     const std::vector<float> x = make_activations(kMaxRows, sh.n_in, 9200 + uint64_t(sh.n_in));
     float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
@@ -3173,7 +3173,7 @@ TEST_F(CudaOps, Q4kTiledWeightsEqualRows) {
 // each other where they must, bit for bit: every prefill block shape gives the bits of the
 // default one (100 and 512 rows; n_in 8448 and 17408: two and three super-blocks a slot), a
 // shared-input group of two tiled weights gives each its own product, no output is left
-// unwritten (outputs poisoned first). With the tile layout off (make_cuda_backend's q4k_tiles)
+// unwritten (outputs poisoned first). With the tile layout off (make_cuda_backend's tiles)
 // upload_matrix keeps Q5_K in GGUF rows, which the integer kernels refuse; an embedding lookup
 // of a tiled matrix is refused. (Accuracy against the CPU: CudaMatmul.*/q5_K.)
 TEST_F(CudaOps, Q5kTiledWeightsAcrossKernels) {
@@ -3185,7 +3185,7 @@ TEST_F(CudaOps, Q5kTiledWeightsAcrossKernels) {
     const HostWeight hw2 = make_weight(GgmlType::Q5_K, sh.n_in, 48, 9600 + uint64_t(sh.n_in));
     const Weight wt = gpu().upload_matrix(Weight{GgmlType::Q5_K, sh.n_in, sh.n_out, hw.bytes.data(), hw.row_bytes});
     const Weight wt2 = gpu().upload_matrix(Weight{GgmlType::Q5_K, sh.n_in, 48, hw2.bytes.data(), hw2.row_bytes});
-    ASSERT_TRUE(wt.q5k_tiles && wt2.q5k_tiles && !wt.q4k_tiles);
+    ASSERT_TRUE(wt.tiles && wt2.tiles);
     ASSERT_TRUE(cuda::imma_supports(wt));
     constexpr int kMaxRows = 512;
     const std::vector<float> x = make_activations(kMaxRows, sh.n_in, 9700 + uint64_t(sh.n_in));
@@ -3242,10 +3242,10 @@ TEST_F(CudaOps, Q5kTiledWeightsAcrossKernels) {
     gpu().release(yd);
     gpu().release(xd);
   }
-  auto rows_be = make_cuda_backend(0, false, /*q4k_tiles=*/false);
+  auto rows_be = make_cuda_backend(0, false, /*tiles=*/false);
   const HostWeight hw = make_weight(GgmlType::Q5_K, 1024, 32, 9800);
   const Weight wr = rows_be->upload_matrix(Weight{GgmlType::Q5_K, 1024, 32, hw.bytes.data(), hw.row_bytes});
-  EXPECT_FALSE(wr.q5k_tiles || wr.q4k_tiles);
+  EXPECT_FALSE(wr.tiles);
   EXPECT_FALSE(cuda::imma_supports(wr)) << "the integer kernels read Q5_K as tiles only";
 }
 
@@ -3264,7 +3264,7 @@ TEST(CudaFusedQ8k, NormQuantizedQ5kProductsEqualUnfused) {
     Weight w[3];
     for (int i = 0; i < 3; ++i) {
       w[i] = be.upload_matrix(Weight{GgmlType::Q5_K, kDim, hws[i].n_out, hws[i].bytes.data(), hws[i].row_bytes});
-      EXPECT_TRUE(w[i].q5k_tiles);
+      EXPECT_TRUE(w[i].tiles);
     }
     Rng rng(9950 + uint64_t(rows));
     const std::vector<float> x0 = make_activations(rows, kDim, 9960 + uint64_t(rows)), nw = rng.normals(kDim, 0.5);
@@ -3317,7 +3317,7 @@ TEST(CudaFusedQ8k, NormQuantizedQ5kProductsEqualUnfused) {
 
 // IQ4_XS matrices: upload_matrix stores them as tiles (quant/iq4xs_tiles.h) where the integer
 // kernels take them, which then take their products; with the tile layout off
-// (make_cuda_backend's q4k_tiles), rows, which stay on the f16 tensor-core kernel and still
+// (make_cuda_backend's tiles), rows, which stay on the f16 tensor-core kernel and still
 // compute the product (within AgainstExactAndCpu's f16 bound of the exact one). An embedding
 // lookup of a tiled matrix is refused.
 TEST_F(CudaOps, Iq4xsTilesOnlyWhereTheIntegerKernelsReadThem) {
@@ -3325,10 +3325,10 @@ TEST_F(CudaOps, Iq4xsTilesOnlyWhereTheIntegerKernelsReadThem) {
   const int rows = 3;
   const HostWeight hw = make_weight(GgmlType::IQ4_XS, n_in, n_out, 9400);
   const Weight host{GgmlType::IQ4_XS, n_in, n_out, hw.bytes.data(), hw.row_bytes};
-  auto rows_be = make_cuda_backend(0, true, /*q4k_tiles=*/false);
+  auto rows_be = make_cuda_backend(0, true, /*tiles=*/false);
   const Weight wt = gpu().upload_matrix(host), wr = rows_be->upload_matrix(host);
-  ASSERT_TRUE(wt.iq4xs_tiles && !wt.q4k_tiles && cuda::imma_supports(wt));
-  ASSERT_TRUE(!wr.iq4xs_tiles && !cuda::imma_supports(wr) && cuda::mma_supports(wr));
+  ASSERT_TRUE(wt.tiles && cuda::imma_supports(wt));
+  ASSERT_TRUE(!wr.tiles && !cuda::imma_supports(wr) && cuda::mma_supports(wr));
   const std::vector<float> x = make_activations(rows, n_in, 9401);
   std::vector<float> y[2];
   int side = 0;
@@ -3452,7 +3452,7 @@ TEST_F(CudaOps, Q80TiledGroupsAndGemmShapes) {
   for (size_t i = 0; i < specs.size(); ++i) {
     const HostWeight hw = make_weight(specs[i].t, specs[i].n_in, specs[i].n_out, 8300 + i);
     ws.push_back(gpu().upload_matrix(Weight{hw.type, hw.n_in, hw.n_out, hw.bytes.data(), hw.row_bytes}));
-    EXPECT_EQ(ws.back().tiled(), specs[i].n_in % 256 == 0) << "weight " << i;
+    EXPECT_EQ(ws.back().tiles, specs[i].n_in % 256 == 0) << "weight " << i;
   }
   auto get = [&](float* p, size_t n) {
     std::vector<float> v(n);
@@ -3479,7 +3479,7 @@ TEST_F(CudaOps, Q80TiledGroupsAndGemmShapes) {
       const size_t n = size_t(rows) * size_t(ws[i].n_out);
       const std::vector<float> a = get(sep[i], n), b = get(grp[i], n);
       std::ostringstream name;
-      name << "matmul_shared_input " << type_name(ws[i].type) << (ws[i].tiled() ? " tiles " : " ") << ws[i].n_in
+      name << "matmul_shared_input " << type_name(ws[i].type) << (ws[i].tiles ? " tiles " : " ") << ws[i].n_in
            << "x" << ws[i].n_out << " rows=" << rows << " vs its own matmul";
       Check(name.str()).exact(b, a);
       EXPECT_TRUE(std::none_of(a.begin(), a.end(), [](float v) { return std::isnan(v); })) << name.str();
@@ -3498,7 +3498,7 @@ TEST_F(CudaOps, Q80TiledGroupsAndGemmShapes) {
     const HostWeight hw = make_weight(GgmlType::Q8_0, c.n_in, c.n_out, seed++);
     const std::vector<float> x = make_activations(c.rows, c.n_in, seed++);
     const Weight w = gpu().upload_matrix(Weight{GgmlType::Q8_0, c.n_in, c.n_out, hw.bytes.data(), hw.row_bytes});
-    ASSERT_TRUE(w.q80_tiles);
+    ASSERT_TRUE(w.tiles);
     float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
     gpu().upload(xd, x.data(), x.size() * sizeof(float));
     const size_t n = size_t(c.rows) * size_t(c.n_out);

@@ -19,15 +19,10 @@ struct Weight {
   int64_t n_out = 0;  // ne1
   const void* data = nullptr;
   size_t row_bytes = 0;  // of a GGUF row (also when the bytes are stored otherwise)
-  // data holds the Q4_K tile layout (quant/q4k_tiles.h), not GGUF rows: Backend::upload_matrix
-  // of a backend whose products read it faster (CUDA); only those products read such weights.
-  bool q4k_tiles = false;
-  // The same for Q5_K, IQ4_XS and Q8_0 weights in their tile layouts (quant/q5k_tiles.h,
-  // iq4xs_tiles.h, q80_tiles.h); CUDA's integer kernels read those types only so.
-  bool q5k_tiles = false;
-  bool iq4xs_tiles = false;
-  bool q80_tiles = false;
-  bool tiled() const { return q4k_tiles || q5k_tiles || iq4xs_tiles || q80_tiles; }
+  // data holds its type's tile layout (Q4_K, Q5_K, IQ4_XS, Q8_0: quant/q4k_tiles.h, q5k_tiles.h,
+  // iq4xs_tiles.h, q80_tiles.h), not GGUF rows: Backend::upload_matrix of a backend whose
+  // products read it faster (CUDA); only those products read such weights.
+  bool tiles = false;
   explicit operator bool() const { return data != nullptr; }
 };
 

@@ -162,32 +162,25 @@ const void* CudaBackend::weight_data(const void* host, size_t bytes) {
 // Q5_K, IQ4_XS and Q8_0 take the integer kernels only as tiles: with tiles_ off they stay in GGUF
 // rows on the f16 kernel (mma_matmul.cu), so for them the two layouts differ by more than speed.
 Weight CudaBackend::upload_matrix(const Weight& host) {
-  const bool q5k = host.type == GgmlType::Q5_K;
-  Weight probe = host;
-  probe.data = nullptr;  // (device allocations are aligned for every kernel)
-  probe.q5k_tiles = q5k;
-  Weight iq4_probe = probe;
-  iq4_probe.iq4xs_tiles = true;
-  const int n_sb = int(host.n_in / 256);
-  const auto* src = static_cast<const uint8_t*>(host.data);
-  Weight w = host;
-  std::vector<uint8_t> tiles;
-  if (tiles_ && (host.type == GgmlType::Q4_K || q5k) && cuda::imma_supports(probe)) {
-    tiles.resize(q5k ? q5k_tiles_bytes(host.n_out, n_sb) : q4k_tiles_bytes(host.n_out, n_sb));
-    (q5k ? q5k_to_tiles : q4k_to_tiles)(src, host.n_out, n_sb, tiles.data());
-    w.q4k_tiles = !q5k;
-    w.q5k_tiles = q5k;
-  } else if (tiles_ && host.type == GgmlType::IQ4_XS && cuda::imma_supports(iq4_probe)) {
-    tiles.resize(iq4xs_tiles_bytes(host.n_out, n_sb));
-    iq4xs_to_tiles(src, host.n_out, n_sb, tiles.data());
-    w.iq4xs_tiles = true;
-  } else if (tiles_ && host.type == GgmlType::Q8_0 && cuda::imma_q80_takes(host.n_in)) {
-    tiles.resize(q80_tiles_bytes(host.n_out, n_sb));
-    q80_to_tiles(src, host.n_out, n_sb, tiles.data());
-    w.q80_tiles = true;
-  } else {
-    return Backend::upload_matrix(host);
+  using Repack = void (*)(const uint8_t*, int64_t, int, uint8_t*);
+  using Bytes = size_t (*)(int64_t, int);
+  Repack repack = nullptr;
+  Bytes bytes = nullptr;
+  switch (host.type) {
+    case GgmlType::Q4_K: repack = q4k_to_tiles, bytes = q4k_tiles_bytes; break;
+    case GgmlType::Q5_K: repack = q5k_to_tiles, bytes = q5k_tiles_bytes; break;
+    case GgmlType::IQ4_XS: repack = iq4xs_to_tiles, bytes = iq4xs_tiles_bytes; break;
+    case GgmlType::Q8_0: repack = q80_to_tiles, bytes = q80_tiles_bytes; break;
+    default: break;
   }
+  Weight w = host;
+  w.tiles = true;
+  Weight probe = w;
+  probe.data = nullptr;  // (device allocations are aligned for every kernel)
+  if (!tiles_ || repack == nullptr || !cuda::imma_supports(probe)) return Backend::upload_matrix(host);
+  const int n_sb = int(host.n_in / 256);
+  std::vector<uint8_t> tiles(bytes(host.n_out, n_sb));
+  repack(static_cast<const uint8_t*>(host.data), host.n_out, n_sb, tiles.data());
   w.data = weight_data(tiles.data(), tiles.size());
   return w;
 }
@@ -284,7 +277,7 @@ void CudaBackend::matmul(const Weight& w, const float* x, int rows, float* y) {
     check_launch("matmul");
     return;
   }
-  if (w.tiled()) fail("matmul: {} tiles that the integer kernels do not take", type_name(w.type));
+  if (w.tiles) fail("matmul: {} tiles that the integer kernels do not take", type_name(w.type));
   if (cuda::mma_supports(w)) {  // tensor cores (mma_matmul.cu), for every row count
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::mma_scratch_bytes(w, rows), "matmul");
     cuda::mma_matmul(w, x, rows, y, mma_scratch_, as_stream(stream_));
@@ -342,7 +335,7 @@ void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys,
 void CudaBackend::embed(const Weight& table, const int32_t* tokens, int rows, float* out) {
   if (rows <= 0) return;
   enter();
-  if (table.tiled())
+  if (table.tiles)
     fail("embed: the table was uploaded as a matrix ({} tiles); bind embeddings with weight_data", type_name(table.type));
   if (!cuda::embed(table, tokens, rows, out, as_stream(stream_)))
     fail("the CUDA backend cannot read embeddings of type {}", type_name(table.type));

@@ -56,8 +56,7 @@ enum class CudaGraphBackend::Op : uint8_t {
 template <class T>
 void CudaGraphBackend::Tape::put(const T& v) {
   if constexpr (std::is_same_v<T, Weight>) {
-    put(v.type), put(v.n_in), put(v.n_out), put(v.data), put(v.row_bytes), put(v.q4k_tiles), put(v.q5k_tiles),
-        put(v.iq4xs_tiles), put(v.q80_tiles);
+    put(v.type), put(v.n_in), put(v.n_out), put(v.data), put(v.row_bytes), put(v.tiles);
   } else if constexpr (std::is_same_v<T, KvLayerView>) {
     put(v.k), put(v.v), put(v.block_tokens), put(v.n_head_kv), put(v.head_dim), put(v.type);
   } else if constexpr (std::is_same_v<T, GdnShape>) {
@@ -85,10 +84,7 @@ class CudaGraphBackend::Reader {
       w.n_out = get<int64_t>();
       w.data = get<const void*>();
       w.row_bytes = get<size_t>();
-      w.q4k_tiles = get<bool>();
-      w.q5k_tiles = get<bool>();
-      w.iq4xs_tiles = get<bool>();
-      w.q80_tiles = get<bool>();
+      w.tiles = get<bool>();
       return w;
     } else if constexpr (std::is_same_v<T, KvLayerView>) {
       KvLayerView kv;

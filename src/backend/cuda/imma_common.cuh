@@ -323,18 +323,17 @@ inline Slots slots_of(int n_sb) {
 template <class F>
 void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launch) {
   Segments cur{};
-  cur.q4k_tiles = n > 0 && ws[0]->q4k_tiles;
-  cur.q5k_tiles = n > 0 && ws[0]->q5k_tiles;
+  cur.q4k_tiles = n > 0 && ws[0]->tiles && ws[0]->type == GgmlType::Q4_K;
+  cur.q5k_tiles = n > 0 && ws[0]->tiles && ws[0]->type == GgmlType::Q5_K;
   for (int i = 0; i < n; ++i) {
     const Weight& w = *ws[i];
-    if (w.q4k_tiles != cur.q4k_tiles || w.q5k_tiles != cur.q5k_tiles || w.iq4xs_tiles != ws[0]->iq4xs_tiles ||
-        w.q80_tiles != ws[0]->q80_tiles)
+    if (w.tiles != ws[0]->tiles || (w.tiles && w.type != ws[0]->type))
       throw std::invalid_argument("imma products of weights in two layouts");
     static_assert(kQ4kTileRows == 16 && kQ80TileRows == 16, "slices start on a tile");
-    const size_t tile_bytes = w.q4k_tiles     ? kQ4kTileBytes
-                              : w.q5k_tiles   ? kQ5kTileBytes
-                              : w.iq4xs_tiles ? kIq4xsTileBytes
-                                              : kQ80TileBytes;
+    const size_t tile_bytes = w.type == GgmlType::Q4_K   ? kQ4kTileBytes
+                              : w.type == GgmlType::Q5_K ? kQ5kTileBytes
+                              : w.type == GgmlType::IQ4_XS ? kIq4xsTileBytes
+                                                           : kQ80TileBytes;
     for_output_slices(w.n_out, 16, [&](int64_t o, int64_t cnt, unsigned blocks) {
       if (cur.n == kMaxSegments || int64_t(cur.first_block[cur.n]) + blocks > 65535) {
         launch(cur);
@@ -346,7 +345,7 @@ void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launc
       const int k = cur.n++;
       // A slice starts at output o, a multiple of 16: tile o / 16 of a tiled weight.
       cur.w[k] = static_cast<const uint8_t*>(w.data) +
-                 (w.tiled() ? size_t(o / 16) * size_t(w.n_in / kSb) * tile_bytes : size_t(o) * w.row_bytes);
+                 (w.tiles ? size_t(o / 16) * size_t(w.n_in / kSb) * tile_bytes : size_t(o) * w.row_bytes);
       cur.row_bytes[k] = w.row_bytes;
       cur.n_out[k] = cnt;
       cur.y[k] = ys[i] + o;

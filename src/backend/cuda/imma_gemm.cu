@@ -405,7 +405,7 @@ void imma_gemm_quantized(const Weight& w, float* y, int rows, const void* scratc
   const auto* base = static_cast<const uint8_t*>(scratch);
   const Weight* ws[1] = {&w};
   float* ys[1] = {y};
-  if (w.type == GgmlType::IQ4_XS && !w.iq4xs_tiles) throw std::invalid_argument("imma_gemm_quantized: IQ4_XS rows");
+  if (w.type == GgmlType::IQ4_XS && !w.tiles) throw std::invalid_argument("imma_gemm_quantized: IQ4_XS rows");
   for_each_launch(ws, ys, 1, [&](const Segments& segs) {
     if (w.type == GgmlType::IQ4_XS)
       return imma_iq4xs_gemm(segs, w.n_in, reinterpret_cast<const int8_t*>(base + l.q),

@@ -346,9 +346,9 @@ void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const flo
 // Q5_K, IQ4_XS and Q8_0 only as tiles (CudaBackend::upload_matrix makes them; as GGUF rows they
 // stay on the f16 kernel, mma_matmul.cu).
 bool imma_supports(const Weight& w) {
-  if (w.type == GgmlType::Q8_0) return w.q80_tiles && imma_q80_takes(w.n_in);
+  if (w.type == GgmlType::Q8_0) return w.tiles && imma_q80_takes(w.n_in);
   return mv::int8_tensor_core_supports(w.type, w.n_in, w.row_bytes, w.data) &&
-         (w.type != GgmlType::Q5_K || w.q5k_tiles) && (w.type != GgmlType::IQ4_XS || w.iq4xs_tiles);
+         ((w.type != GgmlType::Q5_K && w.type != GgmlType::IQ4_XS) || w.tiles);
 }
 
 size_t imma_scratch_bytes(const Weight& w, int rows) {

@@ -27,7 +27,7 @@ void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scrat
 
 // imma_matmul.cu (Q4_K, Q5_K), imma_q6k.cu (Q6_K), imma_iq4xs.cu (IQ4_XS), imma_q80.cu (Q8_0) --
 // the integer tensor-core path, any row count: the weights imma_supports takes (Q5_K, IQ4_XS and
-// Q8_0 in their tile layouts only, Weight::q5k_tiles / iq4xs_tiles / q80_tiles). Activations go
+// Q8_0 in their tile layouts only, Weight::tiles). Activations go
 // through `scratch` in the CPU's format for the type, Q8_K (Q8_0 for Q8_0 weights;
 // imma_scratch_bytes), so the integer sums match the CPU backend's. Takes
 // precedence over mma_matmul.cu for every row count (a row's result must not depend on the
