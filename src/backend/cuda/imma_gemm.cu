@@ -310,22 +310,7 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
 
   float* const y = segs.y[seg];
   const int64_t y_stride = segs.y_stride[seg];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      float v[4] = {run[mt][nt][0], run[mt][nt][1], run[mt][nt][2], run[mt][nt][3]};
-      if constexpr (kMulti) {
-        const float4 tot = tot_s[(mt * NT + nt) * kThreads + tid];
-        v[0] = tot.x, v[1] = tot.y, v[2] = tot.z, v[3] = tot.w;
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int64_t o = o0 + wm0 + 16 * mt + g + 8 * (j / 2);
-        const int r = r0 + wn0 + 8 * nt + 2 * c + j % 2;
-        if (o < n_out && r < rows) y[int64_t(r) * y_stride + o] = v[j];
-      }
-    }
+  store_gemm_outputs<kMulti>(run, tot_s, tid, kThreads, o0 + wm0, r0 + wn0, g, c, n_out, rows, y, y_stride);
 }
 
 template <int MT, int NT, int WM, int WN, bool kMulti, bool kTiles, bool kQ5k>

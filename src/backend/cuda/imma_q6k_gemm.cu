@@ -277,22 +277,7 @@ __global__ void __launch_bounds__(WM* WN* kWarp, kSmWarps / (WM * WN))
     else first_slot = false;
   }
 
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      float v[4] = {run[mt][nt][0], run[mt][nt][1], run[mt][nt][2], run[mt][nt][3]};
-      if constexpr (kMulti) {
-        const float4 tot = tot_s[(mt * NT + nt) * kThreads + tid];
-        v[0] = tot.x, v[1] = tot.y, v[2] = tot.z, v[3] = tot.w;
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int64_t o = bs.o0 + wm0 + 16 * mt + g + 8 * (j / 2);
-        const int r = r0 + wn0 + 8 * nt + 2 * c + j % 2;
-        if (o < bs.n_out && r < rows) bs.y[int64_t(r) * bs.y_stride + o] = v[j];
-      }
-    }
+  store_gemm_outputs<kMulti>(run, tot_s, tid, kThreads, bs.o0 + wm0, r0 + wn0, g, c, bs.n_out, rows, bs.y, bs.y_stride);
 }
 
 template <int MT, int NT, int WM, int WN, int kStages, bool kMulti>

@@ -153,19 +153,7 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
 
   float* const y = segs.y[seg];
   const int64_t y_stride = segs.y_stride[seg];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const float4 tot = tot_s[(mt * NT + nt) * kThreads + tid];
-      const float v[4] = {tot.x, tot.y, tot.z, tot.w};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int64_t o = o0 + 16 * (wt0 + mt) + g + 8 * (k / 2);
-        const int r = r0 + wn0 + 8 * nt + 2 * c + k % 2;
-        if (o < n_out && r < rows) y[int64_t(r) * y_stride + o] = v[k];
-      }
-    }
+  store_gemm_outputs</*kMulti=*/true>(run, tot_s, tid, kThreads, o0 + 16 * wt0, r0 + wn0, g, c, n_out, rows, y, y_stride);
 }
 
 template <int MT, int NT, int WM, int WN>

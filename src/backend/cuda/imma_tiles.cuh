@@ -70,6 +70,31 @@ __device__ __forceinline__ void zero_accumulators(float (&run)[MT][NT][4]) {
       for (int j = 0; j < 4; ++j) run[mt][nt][j] = 0.0f;
 }
 
+// The GEMMs' last step: a thread's outputs, in its mma accumulators' places (output
+// o_base + 16 mt + g + 8 (j / 2), activation row r_base + 8 nt + 2 c + j % 2), to y: the running
+// sums, or with slots of several super-blocks (kMulti) the totals in shared memory.
+template <bool kMulti, int MT, int NT>
+__device__ __forceinline__ void store_gemm_outputs(const float (&run)[MT][NT][4], const float4* tot_s, int tid,
+                                                   int threads, int64_t o_base, int r_base, int g, int c,
+                                                   int64_t n_out, int rows, float* y, int64_t y_stride) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float v[4] = {run[mt][nt][0], run[mt][nt][1], run[mt][nt][2], run[mt][nt][3]};
+      if constexpr (kMulti) {
+        const float4 tot = tot_s[(mt * NT + nt) * threads + tid];
+        v[0] = tot.x, v[1] = tot.y, v[2] = tot.z, v[3] = tot.w;
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t o = o_base + 16 * mt + g + 8 * (j / 2);
+        const int r = r_base + 8 * nt + 2 * c + j % 2;
+        if (o < n_out && r < rows) y[int64_t(r) * y_stride + o] = v[j];
+      }
+    }
+}
+
 // The decode kernels' summation order, kept by the GEMMs for slots of several super-blocks: a
 // thread's running slot sums run (in registers) and the totals (tot_s in shared memory, one
 // float4 per thread and (mt, nt)). After super-block sb of n_sb: at a slot's end the total
