@@ -1,7 +1,8 @@
 #include "quant/iq4xs_tiles.h"
 
-#include <algorithm>
 #include <cstring>
+
+#include "quant/tile_walk.h"
 
 namespace df {
 
@@ -22,37 +23,33 @@ void put32(uint8_t* p, uint32_t v) {
 
 }  // namespace
 
-size_t iq4xs_tiles_bytes(int64_t n_out, int n_sb) {
-  const size_t tiles = size_t((n_out + kIq4xsTileRows - 1) / kIq4xsTileRows);
-  return tiles * size_t(n_sb) * kIq4xsTileBytes;
-}
+static_assert(kIq4xsTileRows == kTileRows);
+
+size_t iq4xs_tiles_bytes(int64_t n_out, int n_sb) { return tiled_bytes(n_out, n_sb, kIq4xsTileBytes); }
 
 void iq4xs_to_tiles(const uint8_t* src, int64_t n_out, int n_sb, uint8_t* dst) {
-  const size_t row_bytes = size_t(n_sb) * kSbBytes;
-  const int64_t tiles = (n_out + kIq4xsTileRows - 1) / kIq4xsTileRows;
-  for (int64_t t = 0; t < tiles; ++t)
-    for (int sb = 0; sb < n_sb; ++sb) {
-      uint8_t* const out = dst + (size_t(t) * size_t(n_sb) + size_t(sb)) * kIq4xsTileBytes;
-      for (int r = 0; r < kIq4xsTileRows; ++r) {
-        const uint8_t* const b = src + size_t(std::min(t * kIq4xsTileRows + r, n_out - 1)) * row_bytes + size_t(sb) * kSbBytes;
-        const int g = r % 8, h = r / 8;
-        for (int ib = 0; ib < 8; ++ib)
-          for (int c = 0; c < 4; ++c) {
-            uint32_t w = 0;
-            for (int k = 0; k < 8; ++k) w |= uint32_t(nibble(b, ib, 8 * c + k)) << (4 * k);
-            put32(out + kIq4xsTileQuantStride * (ib / 2) + 16 * (4 * g + c) + 4 * (2 * (ib % 2) + h), w);
+  for_each_tile_super_block(
+      src, n_out, n_sb, size_t(n_sb) * kSbBytes, kIq4xsTileBytes, dst, [](const uint8_t* const* rows, size_t at, uint8_t* out) {
+        for (int r = 0; r < kIq4xsTileRows; ++r) {
+          const uint8_t* const b = rows[r] + at;
+          const int g = r % 8, h = r / 8;
+          for (int ib = 0; ib < 8; ++ib)
+            for (int c = 0; c < 4; ++c) {
+              uint32_t w = 0;
+              for (int k = 0; k < 8; ++k) w |= uint32_t(nibble(b, ib, 8 * c + k)) << (4 * k);
+              put32(out + kIq4xsTileQuantStride * (ib / 2) + 16 * (4 * g + c) + 4 * (2 * (ib % 2) + h), w);
+            }
+          // Header: d's bytes, then the scales ls - 32 as 6-bit fields (ls ^ 32 is its two's complement).
+          const unsigned scales_h = unsigned(b[2]) | unsigned(b[3]) << 8;
+          uint32_t xy[2] = {b[0], b[1]};
+          for (int ib = 0; ib < 8; ++ib) {
+            const unsigned ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 15u) | ((scales_h >> (2 * ib)) & 3u) << 4;
+            xy[ib / 4] |= uint32_t(ls ^ 32u) << (8 + 6 * (ib % 4));
           }
-        // Header: d's bytes, then the scales ls - 32 as 6-bit fields (ls ^ 32 is its two's complement).
-        const unsigned scales_h = unsigned(b[2]) | unsigned(b[3]) << 8;
-        uint32_t xy[2] = {b[0], b[1]};
-        for (int ib = 0; ib < 8; ++ib) {
-          const unsigned ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 15u) | ((scales_h >> (2 * ib)) & 3u) << 4;
-          xy[ib / 4] |= uint32_t(ls ^ 32u) << (8 + 6 * (ib % 4));
+          put32(out + kIq4xsTileHeaders + 16 * g + 8 * h, xy[0]);
+          put32(out + kIq4xsTileHeaders + 16 * g + 8 * h + 4, xy[1]);
         }
-        put32(out + kIq4xsTileHeaders + 16 * g + 8 * h, xy[0]);
-        put32(out + kIq4xsTileHeaders + 16 * g + 8 * h + 4, xy[1]);
-      }
-    }
+      });
 }
 
 }  // namespace df
