@@ -17,7 +17,10 @@
 // above 32 rows) and the GEMM alone on the tiles. Weights rotate over copies larger than the L2
 // cache, as a decode step streams each weight once.
 //
-//   matmul_kernels [--reps N]   (built with the CUDA backend; run on the GPU machine)
+//   matmul_kernels [--reps N] [--type T] [--matrix M] [--rows R] [--kernel K]
+//     (built with the CUDA backend; run on the GPU machine). The filters keep the lines whose type
+//     name is T, matrix name contains M, row count is R, kernel name contains K (so a profiler
+//     such as Nsight Compute can be pointed at one kernel's launches).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -118,11 +121,17 @@ double read_gb_s() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 30;
+  int reps = 30, only_rows = 0;
+  std::string only_type, only_matrix, only_kernel;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::max(3, std::atoi(argv[++i]));
+    const bool has_value = i + 1 < argc;
+    if (std::strcmp(argv[i], "--reps") == 0 && has_value) reps = std::max(3, std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--type") == 0 && has_value) only_type = argv[++i];
+    else if (std::strcmp(argv[i], "--matrix") == 0 && has_value) only_matrix = argv[++i];
+    else if (std::strcmp(argv[i], "--rows") == 0 && has_value) only_rows = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--kernel") == 0 && has_value) only_kernel = argv[++i];
     else {
-      std::fprintf(stderr, "usage: matmul_kernels [--reps N]\n");
+      std::fprintf(stderr, "usage: matmul_kernels [--reps N] [--type T] [--matrix M] [--rows R] [--kernel K]\n");
       return 2;
     }
   }
@@ -140,7 +149,9 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   for (GgmlType t : kTypes) {
+    if (!only_type.empty() && only_type != df::type_name(t)) continue;
     for (const Shape& sh : kShapes) {
+      if (!only_matrix.empty() && std::string(sh.what).find(only_matrix) == std::string::npos) continue;
       const size_t row_bytes = df::row_size(t, sh.n_in), w_bytes = row_bytes * size_t(sh.n_out);
       // One quantized matrix, copied until the copies outgrow the L2 cache.
       std::vector<uint8_t> host(w_bytes);
@@ -259,7 +270,7 @@ int main(int argc, char** argv) {
            [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
           {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, kMvMaxRows, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mv_matmul(w, x, rows, y, s); }}};
-      if (tiles_dev != nullptr && !tiles_only) {  // the tile kernel gives the GGUF kernel's bits (others: tiles only)
+      if (tiles_dev != nullptr && !tiles_only && only_kernel.empty()) {  // the tile kernel gives the GGUF kernel's bits (others: tiles only)
         std::string verdict = "equal";
         for (int rows : {1, 2, 8, 9, 16, 32, 33, 512}) {
           const size_t n = size_t(rows) * size_t(sh.n_out);
@@ -277,8 +288,10 @@ int main(int argc, char** argv) {
                     verdict.c_str());
       }
       for (int rows : kRows) {
+        if (only_rows != 0 && rows != only_rows) continue;
         for (const Kernel& k : kernels) {
           if (!k.takes || rows < k.min_rows || rows > k.max_rows) continue;
+          if (!only_kernel.empty() && std::string(k.name).find(only_kernel) == std::string::npos) continue;
           if (k.prepare) k.prepare(rows);
           cudaEvent_t a, b;
           cudaEventCreate(&a);
