@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
       };
       const size_t scratch_bytes =
           std::max({df::cuda::imma_scratch_bytes(w0, max_rows), df::cuda::mma_scratch_bytes(w0, max_rows),
-                    df::cuda::imma_q80_scratch_bytes(sh.n_in, max_rows)});
+                    df::cuda::imma_q80_scratch_bytes(sh.n_in, max_rows), df::cuda::deq_gemm_scratch_bytes(sh.n_in, max_rows)});
       check(cudaMalloc(&scratch, scratch_bytes), "cudaMalloc (scratch)");
 
       struct Kernel {
@@ -266,6 +266,15 @@ int main(int argc, char** argv) {
           probe("probe: reads only, GGUF rows, 3 in flight", false, 3),
           probe("probe: reads only, tile-contiguous, 1 in flight", true, 1),
           probe("probe: reads only, tile-contiguous, 3 in flight", true, 3),
+          // The prompt GEMM on dequantized Q4_K tiles (f16 mma; its activation conversion included).
+          {"f16 GEMM on dequantized tiles (deq_gemm.cu)", t == GgmlType::Q4_K && tiles_dev != nullptr,
+           df::cuda::kImmaGemmMinRows + 1, max_rows, nullptr,
+           [&](const Weight& w, int rows) {
+             const Weight tw = tiles_of(w);
+             const Weight* ws[1] = {&tw};
+             float* ys[1] = {y};
+             df::cuda::deq_gemm_group(ws, ys, 1, x, rows, scratch, s);
+           }},
           {"mma (f16 tensor cores)", df::cuda::mma_supports(w0), 1, max_rows, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
           {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, kMvMaxRows, nullptr,

@@ -2,6 +2,7 @@
 // returns at once; arguments were validated by CudaBackend, which checks the launch status.
 // Pointers are device memory, with the layouts of the matching Backend op (backend/backend.h).
 #pragma once
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -48,6 +49,19 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
 size_t q8k_fused_bytes(int64_t n_in, int rows);
 
 constexpr int kImmaGemmMinRows = 32;
+
+// deq_gemm.cu -- the prompt GEMM for Q4_K tile weights (quant/q4k_tiles.h): weights dequantized
+// to f16 in shared memory, f16 activations (to_half_rows_scaled), mma with fp32 sums. Its rows are
+// batch-invariant among themselves but are not the integer kernels' bits, so the backend takes it
+// only for prompt-only forwards of more than kImmaGemmMinRows rows (Backend::set_prompt_step).
+// ys[i] = x ws[i]^T for weights of one n_in sharing x; scratch: deq_gemm_scratch_bytes.
+bool deq_gemm_supports(const Weight& w);
+size_t deq_gemm_scratch_bytes(int64_t n_in, int rows);
+void deq_gemm_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
+                    cudaStream_t s);
+// mma_matmul.cu -- x (rows x n floats) as f16 rows scaled by 2^-shift[r] into f16's range (rows up
+// to rows_pad zeros, shift 0); n % 4 == 0.
+void to_half_rows_scaled(const float* x, int rows, int rows_pad, int n, __half* xh, int* row_shift, cudaStream_t s);
 // imma_gemm.cu -- imma_matmul_group's two steps for Q4_K / Q5_K (and tiled IQ4_XS) and rows >
 // kImmaGemmMinRows, apart, so that bench/matmul_kernels can time the GEMM alone: imma_quantize
 // writes x's Q8_K form into scratch (imma_scratch_bytes), imma_gemm_quantized multiplies w by it.

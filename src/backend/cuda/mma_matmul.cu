@@ -236,12 +236,16 @@ size_t mma_scratch_bytes(const Weight& w, int rows) {
   return rows_pad * size_t(w.n_in) * sizeof(__half) + rows_pad * sizeof(int);
 }
 
+void to_half_rows_scaled(const float* x, int rows, int rows_pad, int n, __half* xh, int* row_shift, cudaStream_t s) {
+  const int threads = std::min(1024, std::max(kWarp, (n / 4 + kWarp - 1) / kWarp * kWarp));
+  launch(to_half_rows, unsigned(rows_pad), unsigned(threads), 0, s, x, rows, n, xh, row_shift);
+}
+
 void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scratch, cudaStream_t s) {
   const int rows_pad = (rows + 7) / 8 * 8;
   auto* xh = static_cast<__half*>(scratch);
   auto* row_shift = reinterpret_cast<int*>(xh + size_t(rows_pad) * size_t(w.n_in));  // 4-aligned: n_in % 4 == 0
-  const int threads = int(std::min<int64_t>(1024, std::max<int64_t>(kWarp, (w.n_in / 4 + kWarp - 1) / kWarp * kWarp)));
-  launch(to_half_rows, unsigned(rows_pad), unsigned(threads), 0, s, x, rows, int(w.n_in), xh, row_shift);
+  to_half_rows_scaled(x, rows, rows_pad, int(w.n_in), xh, row_shift, s);
   mv::dispatch_unit_type(w.type, [&](auto tag) {
     constexpr GgmlType T = decltype(tag)::value;
     if constexpr (T != GgmlType::F32 && T != GgmlType::BF16) {

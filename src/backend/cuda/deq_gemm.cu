@@ -1,0 +1,284 @@
+// The prompt GEMM for Q4_K weights in their tile layout (quant/q4k_tiles.h): each block
+// dequantizes its 128 weight rows to f16 in shared memory, one 64-element slice at a time, and
+// multiplies them with 128 activation rows (f16, to_half_rows' scaled copies) by mma.sync
+// m16n8k16 with fp32 sums.
+//
+// Why. The integer GEMM (imma_gemm.cu) applies each 32-element sub-block's scale to each
+// output's exact integer sum: per output and sub-block one multiply-add on the integer pipe,
+// plus a float part per super-block. Nsight Compute on it (H100, ffn gate/up, 512 rows): ~15
+// instructions per m16n8k32 mma, IMAD a quarter of them, so it runs at ~150 TOPS whatever the
+// occupancy. Here a weight element is dequantized once per block (amortised over 128 activation
+// rows) and the inner loop is ldmatrix and mma only: ~3 instructions per m16n8k16 mma.
+//
+// Not the decode kernels' bits. The integer kernels give every row the same bits whatever the
+// row count, and speculation's exactness needs that among the forwards that decode and verify.
+// This kernel's rows are batch-invariant among themselves (a row's sums depend on its own
+// activations and the weights only: the mma computes each output column independently and the k
+// order is fixed), but they are not the integer kernels' bits, so the backend uses it only for
+// forwards that hold prompt rows alone (Backend::set_prompt_step), never for decode or verify.
+//
+// Precision. The weight w = d sc q - dmin m is formed in f16: d sc and dmin m each rounded to
+// f16 once per sub-block (2^-11 relative), then one fused multiply-add per element. Activations
+// are f16 (11-bit significand; rows scaled by a power of two into range, as in mma_matmul.cu), so
+// both operands are more precise than the integer path's 8-bit activations.
+//
+// Shapes. Block: 128 outputs (eight 16-row tiles) x 128 activation rows, 4 warps of 64 x 64
+// (4 m-tiles x 8 n-tiles). Per 64-element slice (a Q4_K sub-block pair: 512 quant bytes a tile,
+// plus its 16 headers) a stage holds the tiles' quants, headers and the activations; the loop
+// per slice: wait, barrier, start the copy of the slice two ahead, mma on the slice dequantized
+// last time, dequantize the next slice into the other buffer. Shared memory 108 KiB: two blocks
+// an SM. Rows of 144 bytes (64 halves + 16 padding) keep ldmatrix free of bank conflicts.
+#include <cuda_fp16.h>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/dequant.cuh"
+#include "backend/cuda/imma_common.cuh"
+#include "backend/cuda/imma_tiles.cuh"
+#include "backend/cuda/kernels.h"
+#include "quant/q4k_tiles.h"
+
+namespace df::cuda {
+
+namespace {
+
+constexpr int kBM = 128, kBN = 128, kBK = 64;  // outputs, activation rows, elements per slice
+constexpr int kWarps = 4, kThreads = kWarps * kWarp;
+constexpr int kMT = 4, kNT = 8;          // a warp's m-tiles and n-tiles: 64 x 64
+constexpr int kTiles = kBM / kQ4kTileRows;  // weight tiles a block
+constexpr int kPitch = kBK * 2 + 16;     // bytes per f16 row in shared memory (conflict-free ldmatrix)
+constexpr int kStages = 3;
+
+// One stage: the slice's quants of the block's 8 tiles (512 bytes each), their headers (16 rows x
+// 16 bytes each), the activations (128 rows x 64 halves). Then the two dequantized weight buffers.
+constexpr int kQ = 0;
+constexpr int kH = kQ + kTiles * kQ4kTileQuantStride;
+constexpr int kX = kH + kTiles * kQ4kTileRows * 16;
+constexpr int kStageBytes = kX + kBN * kPitch;
+constexpr int kA = kStages * kStageBytes;
+constexpr int kABytes = kBM * kPitch;
+constexpr int kSmemBytes = kA + 2 * kABytes;
+static_assert(kSmemBytes <= 113 * 1024, "two blocks an SM");
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t half2_bits(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
+__device__ __forceinline__ __half2 bits_half2(uint32_t u) { return *reinterpret_cast<__half2*>(&u); }
+
+// Four 4-bit values (bytes of v, each 0..15) as two half2 of (q0, q1) and (q2, q3): each byte
+// becomes the low byte of the f16 1024 + q (0x64 above it), then 1024 comes off exactly.
+__device__ __forceinline__ void nibbles_to_half(uint32_t v, __half2& lo, __half2& hi) {
+  const __half2 k1024 = __half2half2(__ushort_as_half(0x6400));
+  lo = __hsub2(bits_half2(__byte_perm(v, 0x64u, 0x4140)), k1024);
+  hi = __hsub2(bits_half2(__byte_perm(v, 0x64u, 0x4342)), k1024);
+}
+
+// Dequantizes 8 bytes of quants (elements e..e+7 of a sub-block pair: low nibbles of sub-block
+// 2i, high nibbles of 2i + 1) of one row into the A buffer at k = e.. and 32 + e...
+__device__ __forceinline__ void dequant_8(uint2 q, __half2 sc_lo, __half2 mn_lo, __half2 sc_hi, __half2 mn_hi,
+                                          uint8_t* a_row, int e) {
+  uint32_t out_lo[4], out_hi[4];
+#pragma unroll
+  for (int w = 0; w < 2; ++w) {
+    const uint32_t v = w == 0 ? q.x : q.y;
+    __half2 a, b;
+    nibbles_to_half(v & 0x0F0F0F0Fu, a, b);
+    out_lo[2 * w] = half2_bits(__hfma2(a, sc_lo, mn_lo));
+    out_lo[2 * w + 1] = half2_bits(__hfma2(b, sc_lo, mn_lo));
+    nibbles_to_half((v >> 4) & 0x0F0F0F0Fu, a, b);
+    out_hi[2 * w] = half2_bits(__hfma2(a, sc_hi, mn_hi));
+    out_hi[2 * w + 1] = half2_bits(__hfma2(b, sc_hi, mn_hi));
+  }
+  *reinterpret_cast<uint4*>(a_row + 2 * e) = make_uint4(out_lo[0], out_lo[1], out_lo[2], out_lo[3]);
+  *reinterpret_cast<uint4*>(a_row + 2 * (32 + e)) = make_uint4(out_hi[0], out_hi[1], out_hi[2], out_hi[3]);
+}
+
+// Scale and (negated) min of sub-block s of a Q4_K header, as half2 pairs for __hfma2.
+__device__ __forceinline__ void sub_block_scale(const uint8_t* hdr, int s, __half2& sc2, __half2& mn2) {
+  const uint32_t w0 = *reinterpret_cast<const uint32_t*>(hdr);
+  const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(w0 & 0xFFFF)));
+  const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(w0 >> 16)));
+  int sc, mn;
+  k4_scale_min(hdr + 4, s, sc, mn);
+  sc2 = __float2half2_rn(d * float(sc));
+  mn2 = __float2half2_rn(-(dmin * float(mn)));
+}
+
+__global__ void __launch_bounds__(kThreads, 2)
+    deq_gemm_q4k_kernel(const Segments segs, int n_sb, const __half* __restrict__ xh, const int* __restrict__ row_shift,
+                        int n_in, int rows_pad, int rows) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t smem_s = uint32_t(__cvta_generic_to_shared(smem));
+  const int tid = int(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp;
+  const BlockSegment bs = block_segment(segs, kBM);
+  const int r0 = int(blockIdx.x) * kBN;
+  const int n_slices = n_sb * 4;
+
+  // Copies of slice k (super-block k / 4, pair k % 4) into stage st: tiles past the weight's end
+  // and activation rows past rows_pad come in as zeros.
+  auto load_w = [&](int st, int k) {
+    const int sb = k / 4, pair = k % 4;
+    const uint32_t dst = smem_s + st * kStageBytes;
+#pragma unroll
+    for (int i = tid; i < kTiles * (kQ4kTileQuantStride / 16 + kQ4kTileRows); i += kThreads) {
+      const int t = i % kTiles, chunk = i / kTiles;  // quants: chunks 0..31; headers: 32..47
+      const bool live = bs.o0 + kQ4kTileRows * t < bs.n_out;
+      const int64_t tile = live ? bs.o0 / kQ4kTileRows + t : 0;
+      const uint8_t* sbp = bs.w + (size_t(tile) * size_t(n_sb) + size_t(sb)) * kQ4kTileBytes;
+      if (chunk < kQ4kTileQuantStride / 16)
+        cp_async16(dst + kQ + t * kQ4kTileQuantStride + 16 * chunk, sbp + kQ4kTileQuantStride * pair + 16 * chunk, live);
+      else
+        cp_async16(dst + kH + t * 256 + 16 * (chunk - 32), sbp + kQ4kTileHeaders + 16 * (chunk - 32), live);
+    }
+  };
+  auto load_x = [&](int st, int k) {
+    const uint32_t dst = smem_s + st * kStageBytes + kX;
+#pragma unroll
+    for (int i = tid; i < kBN * (kBK / 8); i += kThreads) {
+      const int row = i / (kBK / 8), chunk = i % (kBK / 8);
+      const bool live = r0 + row < rows_pad;
+      const __half* src = xh + size_t(live ? r0 + row : 0) * size_t(n_in) + size_t(k) * kBK + 8 * chunk;
+      cp_async16(dst + row * kPitch + 16 * chunk, src, live);
+    }
+  };
+  // Dequantizes slice k (in stage st) into A buffer ab: thread t takes lane l = t % 32 of tiles
+  // t / 32 and t / 32 + 4 (16 quant bytes: rows g and g + 8, elements 8c .. 8c + 7 of the pair).
+  auto dequant = [&](int st, int k, int ab) {
+    const int pair = k % 4;
+    const uint8_t* stage = smem + st * kStageBytes;
+    uint8_t* a = smem + kA + ab * kABytes;
+    const int g = lane / 4, c = lane % 4;
+#pragma unroll
+    for (int half_block = 0; half_block < 2; ++half_block) {
+      const int t = warp + kWarps * half_block;
+      const uint4 q = *reinterpret_cast<const uint4*>(stage + kQ + t * kQ4kTileQuantStride + 16 * lane);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = kQ4kTileRows * t + g + 8 * h;
+        const uint8_t* hdr = stage + kH + t * 256 + 16 * (g + 8 * h);
+        __half2 sc_lo, mn_lo, sc_hi, mn_hi;
+        sub_block_scale(hdr, 2 * pair, sc_lo, mn_lo);
+        sub_block_scale(hdr, 2 * pair + 1, sc_hi, mn_hi);
+        dequant_8(h == 0 ? make_uint2(q.x, q.y) : make_uint2(q.z, q.w), sc_lo, mn_lo, sc_hi, mn_hi,
+                  a + row * kPitch, 8 * c);
+      }
+    }
+  };
+
+  // Weights first (immutable: they may load before the previous kernel ends), then activations.
+  for (int st = 0; st < kStages - 1; ++st)
+    if (st < n_slices) load_w(st, st);
+  pdl_wait();
+  pdl_trigger();
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < n_slices) load_x(st, st);
+    cp_async_commit();
+  }
+  cp_async_wait<kStages - 2>();
+  __syncthreads();
+  dequant(0, 0, 0);
+
+  float acc[kMT][kNT][4];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
+
+  const int wm0 = (warp / 2) * 64, wn0 = (warp % 2) * 64;
+  for (int k = 0; k < n_slices; ++k) {
+    cp_async_wait<0>();  // slice k + 1 has landed (this thread's copies)
+    __syncthreads();     // ... everyone's; slice k is dequantized; slice k - 1's stage and buffer are free
+    const int next = k + kStages - 1;
+    if (next < n_slices) {
+      load_w(next % kStages, next);
+      load_x(next % kStages, next);
+    }
+    cp_async_commit();
+
+    const uint32_t a_s = smem_s + kA + (k & 1) * kABytes, x_s = smem_s + (k % kStages) * kStageBytes + kX;
+#pragma unroll
+    for (int ks = 0; ks < kBK / 16; ++ks) {
+      uint32_t af[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+        ldsm_x4(af[mt], a_s + (wm0 + 16 * mt + (lane & 15)) * kPitch + 2 * (16 * ks + 8 * (lane >> 4)));
+#pragma unroll
+      for (int np = 0; np < kNT / 2; ++np) {  // a pair of n-tiles: one ldmatrix.x4 gives their B
+        uint32_t bf[4];
+        ldsm_x4(bf, x_s + (wn0 + 16 * np + (lane & 7) + 8 * (lane >> 4)) * kPitch +
+                        2 * (16 * ks + 8 * ((lane >> 3) & 1)));
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_f16(acc[mt][2 * np], af[mt], bf[0], bf[1]);
+          mma_f16(acc[mt][2 * np + 1], af[mt], bf[2], bf[3]);
+        }
+      }
+    }
+    if (k + 1 < n_slices) dequant((k + 1) % kStages, k + 1, (k + 1) & 1);
+  }
+
+  // Outputs: accumulator j of (mt, nt) is output wm0 + 16 mt + g + 8 (j / 2), activation row
+  // wn0 + 8 nt + 2 c + j % 2, scaled back by the row's power of two (exact).
+  const int g = lane / 4, c = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int jr = 0; jr < 2; ++jr) {
+      const int r = r0 + wn0 + 8 * nt + 2 * c + jr;
+      if (r >= rows) continue;
+      const float scale = ldexpf(1.0f, row_shift[r]);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int jo = 0; jo < 2; ++jo) {
+          const int64_t o = bs.o0 + wm0 + 16 * mt + g + 8 * jo;
+          if (o < bs.n_out) bs.y[int64_t(r) * bs.y_stride + o] = acc[mt][nt][2 * jo + jr] * scale;
+        }
+    }
+}
+
+}  // namespace
+
+bool deq_gemm_supports(const Weight& w) {
+  return w.type == GgmlType::Q4_K && w.tiles && w.n_in % kSb == 0;
+}
+
+size_t deq_gemm_scratch_bytes(int64_t n_in, int rows) {
+  const size_t rows_pad = size_t(rows + 7) / 8 * 8;
+  return (rows_pad * size_t(n_in) * sizeof(__half) + 255) / 256 * 256 + rows_pad * sizeof(int);
+}
+
+void deq_gemm_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
+                    cudaStream_t s) {
+  if (n == 0 || rows == 0) return;
+  const int64_t n_in = ws[0]->n_in;
+  for (int i = 0; i < n; ++i)
+    if (!deq_gemm_supports(*ws[i]) || ws[i]->n_in != n_in)
+      throw std::invalid_argument("deq_gemm_group: Q4_K tile weights of one n_in only");
+  const int rows_pad = (rows + 7) / 8 * 8;
+  auto* xh = static_cast<__half*>(scratch);
+  auto* shift = reinterpret_cast<int*>(static_cast<uint8_t*>(scratch) +
+                                       (size_t(rows_pad) * size_t(n_in) * sizeof(__half) + 255) / 256 * 256);
+  to_half_rows_scaled(x, rows, rows_pad, int(n_in), xh, shift, s);
+  (void)raise_smem_limit<deq_gemm_q4k_kernel>(kSmemBytes, /*carveout_max=*/true);
+  for_each_launch(ws, ys, n, [&](const Segments& segs) {
+    const Segments t = segments_in_blocks_of(segs, kBM);
+    launch(deq_gemm_q4k_kernel, dim3(ceil_div(rows, kBN), unsigned(t.first_block[t.n])), dim3(kThreads), kSmemBytes,
+           s, t, int(n_in / kSb), xh, shift, int(n_in), rows_pad, rows);
+  });
+}
+
+}  // namespace df::cuda
