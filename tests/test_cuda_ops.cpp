@@ -885,7 +885,7 @@ TEST_F(CudaOps, DeqGemmQ4kAgainstExactAndBatchInvariant) {
       }
     return r;
   };
-  const int rows = 300;
+  const int rows = 300;  // a 256-row block and a tail
   std::vector<float> x = make_activations(rows, n_in, 8200);
   for (int64_t k = 0; k < n_in; ++k) x[size_t(5 * n_in + k)] *= 1e7f;  // |x| ~ 1e5..1e7: scaled into f16's range
   float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
@@ -899,7 +899,9 @@ TEST_F(CudaOps, DeqGemmQ4kAgainstExactAndBatchInvariant) {
       gpu().upload(yd[size_t(i)], poison.data(), poison.size() * sizeof(float));
     }
     const Weight* wp[2] = {&ws[0], &ws[1]};
+    gpu().synchronize();  // (the kernel runs on the default stream, the backend's copies on its own)
     cuda::deq_gemm_group(wp, yd.data(), 2, xd + size_t(r0) * size_t(n_in), n, scratch, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     out.assign(2, {});
     for (int i = 0; i < 2; ++i) {
       out[size_t(i)].resize(size_t(n) * size_t(n_outs[i]));

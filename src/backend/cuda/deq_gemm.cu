@@ -22,12 +22,12 @@
 // are f16 (11-bit significand; rows scaled by a power of two into range, as in mma_matmul.cu), so
 // both operands are more precise than the integer path's 8-bit activations.
 //
-// Shapes. Block: 128 outputs (eight 16-row tiles) x 128 activation rows, 4 warps of 64 x 64
-// (4 m-tiles x 8 n-tiles). Per 64-element slice (a Q4_K sub-block pair: 512 quant bytes a tile,
+// Shapes. Block: 128 outputs (eight 16-row tiles) x 256 activation rows, 8 warps of 64 x 64
+// (4 m-tiles x 8 n-tiles), so each dequantized element serves 256 rows. Per 64-element slice (a Q4_K sub-block pair: 512 quant bytes a tile,
 // plus its 16 headers) a stage holds the tiles' quants, headers and the activations; the loop
 // per slice: wait, barrier, start the copy of the slice two ahead, mma on the slice dequantized
-// last time, dequantize the next slice into the other buffer. Shared memory 108 KiB: two blocks
-// an SM. Rows of 144 bytes (64 halves + 16 padding) keep ldmatrix free of bank conflicts.
+// last time, dequantize the next slice into the other buffer (a thread: one row's sub-block).
+// Shared memory 165 KiB: one block an SM. Rows of 144 bytes (64 halves + 16 padding) keep ldmatrix free of bank conflicts.
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common.cuh"
@@ -41,8 +41,8 @@ namespace df::cuda {
 
 namespace {
 
-constexpr int kBM = 128, kBN = 128, kBK = 64;  // outputs, activation rows, elements per slice
-constexpr int kWarps = 4, kThreads = kWarps * kWarp;
+constexpr int kBM = 128, kBN = 256, kBK = 64;  // outputs, activation rows, elements per slice
+constexpr int kWarps = 8, kThreads = kWarps * kWarp;
 constexpr int kMT = 4, kNT = 8;          // a warp's m-tiles and n-tiles: 64 x 64
 constexpr int kTiles = kBM / kQ4kTileRows;  // weight tiles a block
 constexpr int kPitch = kBK * 2 + 16;     // bytes per f16 row in shared memory (conflict-free ldmatrix)
@@ -57,7 +57,7 @@ constexpr int kStageBytes = kX + kBN * kPitch;
 constexpr int kA = kStages * kStageBytes;
 constexpr int kABytes = kBM * kPitch;
 constexpr int kSmemBytes = kA + 2 * kABytes;
-static_assert(kSmemBytes <= 113 * 1024, "two blocks an SM");
+static_assert(kSmemBytes <= 227 * 1024, "one block an SM");
 
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -84,26 +84,6 @@ __device__ __forceinline__ void nibbles_to_half(uint32_t v, __half2& lo, __half2
   hi = __hsub2(bits_half2(__byte_perm(v, 0x64u, 0x4342)), k1024);
 }
 
-// Dequantizes 8 bytes of quants (elements e..e+7 of a sub-block pair: low nibbles of sub-block
-// 2i, high nibbles of 2i + 1) of one row into the A buffer at k = e.. and 32 + e...
-__device__ __forceinline__ void dequant_8(uint2 q, __half2 sc_lo, __half2 mn_lo, __half2 sc_hi, __half2 mn_hi,
-                                          uint8_t* a_row, int e) {
-  uint32_t out_lo[4], out_hi[4];
-#pragma unroll
-  for (int w = 0; w < 2; ++w) {
-    const uint32_t v = w == 0 ? q.x : q.y;
-    __half2 a, b;
-    nibbles_to_half(v & 0x0F0F0F0Fu, a, b);
-    out_lo[2 * w] = half2_bits(__hfma2(a, sc_lo, mn_lo));
-    out_lo[2 * w + 1] = half2_bits(__hfma2(b, sc_lo, mn_lo));
-    nibbles_to_half((v >> 4) & 0x0F0F0F0Fu, a, b);
-    out_hi[2 * w] = half2_bits(__hfma2(a, sc_hi, mn_hi));
-    out_hi[2 * w + 1] = half2_bits(__hfma2(b, sc_hi, mn_hi));
-  }
-  *reinterpret_cast<uint4*>(a_row + 2 * e) = make_uint4(out_lo[0], out_lo[1], out_lo[2], out_lo[3]);
-  *reinterpret_cast<uint4*>(a_row + 2 * (32 + e)) = make_uint4(out_hi[0], out_hi[1], out_hi[2], out_hi[3]);
-}
-
 // Scale and (negated) min of sub-block s of a Q4_K header, as half2 pairs for __hfma2.
 __device__ __forceinline__ void sub_block_scale(const uint8_t* hdr, int s, __half2& sc2, __half2& mn2) {
   const uint32_t w0 = *reinterpret_cast<const uint32_t*>(hdr);
@@ -115,7 +95,7 @@ __device__ __forceinline__ void sub_block_scale(const uint8_t* hdr, int s, __hal
   mn2 = __float2half2_rn(-(dmin * float(mn)));
 }
 
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, 1)
     deq_gemm_q4k_kernel(const Segments segs, int n_sb, const __half* __restrict__ xh, const int* __restrict__ row_shift,
                         int n_in, int rows_pad, int rows) {
   extern __shared__ __align__(128) uint8_t smem[];
@@ -142,37 +122,40 @@ __global__ void __launch_bounds__(kThreads, 2)
         cp_async16(dst + kH + t * 256 + 16 * (chunk - 32), sbp + kQ4kTileHeaders + 16 * (chunk - 32), live);
     }
   };
+  // Thread t copies 16-byte chunk t % 8 of activation rows t / 8 + 32 j (j < 8) each slice.
+  const int x_row = tid / 8, x_chunk = tid % 8;
+  const __half* const x_src = xh + size_t(r0 + x_row) * size_t(n_in) + 8 * x_chunk;
   auto load_x = [&](int st, int k) {
-    const uint32_t dst = smem_s + st * kStageBytes + kX;
+    const uint32_t dst = smem_s + st * kStageBytes + kX + x_row * kPitch + 16 * x_chunk;
 #pragma unroll
-    for (int i = tid; i < kBN * (kBK / 8); i += kThreads) {
-      const int row = i / (kBK / 8), chunk = i % (kBK / 8);
-      const bool live = r0 + row < rows_pad;
-      const __half* src = xh + size_t(live ? r0 + row : 0) * size_t(n_in) + size_t(k) * kBK + 8 * chunk;
-      cp_async16(dst + row * kPitch + 16 * chunk, src, live);
+    for (int j = 0; j < kBN / (kThreads / 8); ++j) {
+      const bool live = r0 + x_row + 32 * j < rows_pad;
+      cp_async16(dst + 32 * j * kPitch, live ? x_src + size_t(32 * j) * size_t(n_in) + size_t(k) * kBK : xh, live);
     }
   };
-  // Dequantizes slice k (in stage st) into A buffer ab: thread t takes lane l = t % 32 of tiles
-  // t / 32 and t / 32 + 4 (16 quant bytes: rows g and g + 8, elements 8c .. 8c + 7 of the pair).
+  // Dequantizes slice k (in stage st) into A buffer ab: thread t takes row t / 2 and sub-block
+  // 2 pair + t % 2 of it (the low nibbles of the row's 32 quant bytes, or the high ones): one
+  // scale per thread and slice.
   auto dequant = [&](int st, int k, int ab) {
-    const int pair = k % 4;
+    const int row = tid / 2, part = tid % 2;
+    const int t = row / kQ4kTileRows, g = row % 8, h = (row / 8) % 2;
     const uint8_t* stage = smem + st * kStageBytes;
-    uint8_t* a = smem + kA + ab * kABytes;
-    const int g = lane / 4, c = lane % 4;
+    __half2 sc, mn;
+    sub_block_scale(stage + kH + t * 256 + 16 * (row % kQ4kTileRows), 2 * (k % 4) + part, sc, mn);
+    uint8_t* a_row = smem + kA + ab * kABytes + row * kPitch + 64 * part;
 #pragma unroll
-    for (int half_block = 0; half_block < 2; ++half_block) {
-      const int t = warp + kWarps * half_block;
-      const uint4 q = *reinterpret_cast<const uint4*>(stage + kQ + t * kQ4kTileQuantStride + 16 * lane);
+    for (int c = 0; c < 4; ++c) {  // elements 8c .. 8c + 7 (quant bytes of lane 4g + c, half h)
+      const uint2 q = *reinterpret_cast<const uint2*>(stage + kQ + t * kQ4kTileQuantStride + 16 * (4 * g + c) + 8 * h);
+      uint32_t out[4];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = kQ4kTileRows * t + g + 8 * h;
-        const uint8_t* hdr = stage + kH + t * 256 + 16 * (g + 8 * h);
-        __half2 sc_lo, mn_lo, sc_hi, mn_hi;
-        sub_block_scale(hdr, 2 * pair, sc_lo, mn_lo);
-        sub_block_scale(hdr, 2 * pair + 1, sc_hi, mn_hi);
-        dequant_8(h == 0 ? make_uint2(q.x, q.y) : make_uint2(q.z, q.w), sc_lo, mn_lo, sc_hi, mn_hi,
-                  a + row * kPitch, 8 * c);
+      for (int w = 0; w < 2; ++w) {
+        const uint32_t v = ((w == 0 ? q.x : q.y) >> (4 * part)) & 0x0F0F0F0Fu;
+        __half2 a, b;
+        nibbles_to_half(v, a, b);
+        out[2 * w] = half2_bits(__hfma2(a, sc, mn));
+        out[2 * w + 1] = half2_bits(__hfma2(b, sc, mn));
       }
+      *reinterpret_cast<uint4*>(a_row + 16 * c) = make_uint4(out[0], out[1], out[2], out[3]);
     }
   };
 
@@ -197,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
 
-  const int wm0 = (warp / 2) * 64, wn0 = (warp % 2) * 64;
+  const int wm0 = (warp / 4) * 64, wn0 = (warp % 4) * 64;
   for (int k = 0; k < n_slices; ++k) {
     cp_async_wait<0>();  // slice k + 1 has landed (this thread's copies)
     __syncthreads();     // ... everyone's; slice k is dequantized; slice k - 1's stage and buffer are free
