@@ -22,11 +22,12 @@
 // are f16 (11-bit significand; rows scaled by a power of two into range, as in mma_matmul.cu), so
 // both operands are more precise than the integer path's 8-bit activations.
 //
-// Shapes. Block: 128 outputs (eight 16-row tiles) x 256 activation rows, 8 warps of 64 x 64
-// (4 m-tiles x 8 n-tiles), so each dequantized element serves 256 rows. Per 64-element slice (a Q4_K sub-block pair: 512 quant bytes a tile,
+// Shapes. Block: 128 outputs (eight 16-row tiles) x 256 activation rows, 16 warps of 64 x 32
+// (4 m-tiles x 4 n-tiles), so each dequantized element serves 256 rows; 128 registers a thread,
+// so the 16 warps (4 a scheduler) hide each other's mma and ldmatrix latencies. Per 64-element slice (a Q4_K sub-block pair: 512 quant bytes a tile,
 // plus its 16 headers) a stage holds the tiles' quants, headers and the activations; the loop
 // per slice: wait, barrier, start the copy of the slice two ahead, mma on the slice dequantized
-// last time, dequantize the next slice into the other buffer (a thread: one row's sub-block).
+// last time, dequantize the next slice into the other buffer (a thread: half a row's sub-block).
 // Shared memory 165 KiB: one block an SM. Rows of 144 bytes (64 halves + 16 padding) keep ldmatrix free of bank conflicts.
 #include <cuda_fp16.h>
 
@@ -42,8 +43,8 @@ namespace df::cuda {
 namespace {
 
 constexpr int kBM = 128, kBN = 256, kBK = 64;  // outputs, activation rows, elements per slice
-constexpr int kWarps = 8, kThreads = kWarps * kWarp;
-constexpr int kMT = 4, kNT = 8;          // a warp's m-tiles and n-tiles: 64 x 64
+constexpr int kWarps = 16, kThreads = kWarps * kWarp;
+constexpr int kMT = 4, kNT = 4;          // a warp's m-tiles and n-tiles: 64 x 32
 constexpr int kTiles = kBM / kQ4kTileRows;  // weight tiles a block
 constexpr int kPitch = kBK * 2 + 16;     // bytes per f16 row in shared memory (conflict-free ldmatrix)
 constexpr int kStages = 3;
@@ -122,29 +123,32 @@ __global__ void __launch_bounds__(kThreads, 1)
         cp_async16(dst + kH + t * 256 + 16 * (chunk - 32), sbp + kQ4kTileHeaders + 16 * (chunk - 32), live);
     }
   };
-  // Thread t copies 16-byte chunk t % 8 of activation rows t / 8 + 32 j (j < 8) each slice.
+  // Thread t copies 16-byte chunk t % 8 of activation rows t / 8 + 64 j (j < 4) each slice.
   const int x_row = tid / 8, x_chunk = tid % 8;
+  constexpr int kXRowsPerPass = kThreads / 8;
   const __half* const x_src = xh + size_t(r0 + x_row) * size_t(n_in) + 8 * x_chunk;
   auto load_x = [&](int st, int k) {
     const uint32_t dst = smem_s + st * kStageBytes + kX + x_row * kPitch + 16 * x_chunk;
 #pragma unroll
-    for (int j = 0; j < kBN / (kThreads / 8); ++j) {
-      const bool live = r0 + x_row + 32 * j < rows_pad;
-      cp_async16(dst + 32 * j * kPitch, live ? x_src + size_t(32 * j) * size_t(n_in) + size_t(k) * kBK : xh, live);
+    for (int j = 0; j < kBN / kXRowsPerPass; ++j) {
+      const bool live = r0 + x_row + kXRowsPerPass * j < rows_pad;
+      cp_async16(dst + kXRowsPerPass * j * kPitch,
+                 live ? x_src + size_t(kXRowsPerPass * j) * size_t(n_in) + size_t(k) * kBK : xh, live);
     }
   };
-  // Dequantizes slice k (in stage st) into A buffer ab: thread t takes row t / 2 and sub-block
-  // 2 pair + t % 2 of it (the low nibbles of the row's 32 quant bytes, or the high ones): one
-  // scale per thread and slice.
+  // Dequantizes slice k (in stage st) into A buffer ab: thread t takes row t / 4, sub-block
+  // 2 pair + (t / 2) % 2 of it (the low nibbles of the row's 32 quant bytes, or the high ones),
+  // elements 16 (t % 2) .. + 15 of that.
   auto dequant = [&](int st, int k, int ab) {
-    const int row = tid / 2, part = tid % 2;
+    const int row = tid / 4, part = (tid / 2) % 2, quarter = tid % 2;
     const int t = row / kQ4kTileRows, g = row % 8, h = (row / 8) % 2;
     const uint8_t* stage = smem + st * kStageBytes;
     __half2 sc, mn;
     sub_block_scale(stage + kH + t * 256 + 16 * (row % kQ4kTileRows), 2 * (k % 4) + part, sc, mn);
     uint8_t* a_row = smem + kA + ab * kABytes + row * kPitch + 64 * part;
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {  // elements 8c .. 8c + 7 (quant bytes of lane 4g + c, half h)
+    for (int cc = 0; cc < 2; ++cc) {  // elements 8c .. 8c + 7 (quant bytes of lane 4g + c, half h)
+      const int c = 2 * quarter + cc;
       const uint2 q = *reinterpret_cast<const uint2*>(stage + kQ + t * kQ4kTileQuantStride + 16 * (4 * g + c) + 8 * h);
       uint32_t out[4];
 #pragma unroll
@@ -180,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
 
-  const int wm0 = (warp / 4) * 64, wn0 = (warp % 4) * 64;
+  const int wm0 = (warp / 8) * 64, wn0 = (warp % 8) * 32;
   for (int k = 0; k < n_slices; ++k) {
     cp_async_wait<0>();  // slice k + 1 has landed (this thread's copies)
     __syncthreads();     // ... everyone's; slice k is dequantized; slice k - 1's stage and buffer are free
