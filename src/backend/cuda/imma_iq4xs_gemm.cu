@@ -166,12 +166,10 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
         for (int j = 0; j < 4; ++j) {
           const float t = iq4xs_sb_term(j % 2 ? dx.y : dx.x, d[mt][j / 2], isum[mt][nt][j]);
           float& r = run[mt][nt][j];
-          if constexpr (kMulti) {
-            r = __fadd_rn(r, t);
-          } else {  // every super-block is a slot: its sum is 0.0f + t
-            const float s = __fadd_rn(0.0f, t);
-            r = first_slot ? s : __fadd_rn(r, s);
-          }
+          // kMulti: the slot's sum. Otherwise every super-block is a slot and the total is
+          // (0 + t0) + (0 + t1) + ...; r + t gives the same bits from r = +0: r is never -0
+          // (+0 + -0 = +0, and a sum is -0 only when both terms are), so r + (0 + t) = r + t.
+          r = __fadd_rn(r, t);
         }
     }
     if constexpr (kMulti) end_of_super_block(run, tot_s, tid, kThreads, first_slot, left_in_slot, per_slot, sb, n_sb);
