@@ -12,7 +12,9 @@
 // replace, and "GEMM alone" on tiles. For Q6_K the
 // imma lines of more than 32 rows are the prefill GEMM (imma_q6k_gemm.cu) with its activation
 // quantizer; "ffn down" and "attn k" (the shape of attn_v) at 512 and 4096 rows are the ones its
-// block shapes were chosen for. Q5_K takes the integer kernels in its tile layout only
+// block shapes were chosen for; its "tile layout" lines (quant/q6k_tiles.h, as Q4_K's: the same
+// bits, checked here) and "GEMM alone" (on tiles, x quantized before) are the kTiles variants
+// of imma_q6k.cu and imma_q6k_gemm.cu. Q5_K takes the integer kernels in its tile layout only
 // (quant/q5k_tiles.h): its imma lines are the "tile layout" ones (the decode kernel, the GEMM
 // above 32 rows) and the GEMM alone on the tiles. Weights rotate over copies larger than the L2
 // cache, as a decode step streams each weight once.
@@ -36,6 +38,7 @@
 #include "quant/iq4xs_tiles.h"
 #include "quant/q4k_tiles.h"
 #include "quant/q5k_tiles.h"
+#include "quant/q6k_tiles.h"
 #include "quant/q80_tiles.h"
 #include "quant/quantize.h"
 #include "quant/types.h"
@@ -176,22 +179,25 @@ int main(int argc, char** argv) {
       check(cudaMalloc(reinterpret_cast<void**>(&y), size_t(max_rows) * size_t(sh.n_out) * sizeof(float)), "cudaMalloc (y)");
       check(cudaMemcpy(x, xh.data(), xh.size() * sizeof(float), cudaMemcpyHostToDevice), "upload x");
       Weight w0{t, sh.n_in, sh.n_out, dev, row_bytes};
-      // Q4_K, Q5_K, IQ4_XS, Q8_0: the same copies in the tile layout (quant/q4k_tiles.h,
-      // q5k_tiles.h, iq4xs_tiles.h, q80_tiles.h), as CudaBackend::upload_matrix stores them (the
-      // integer kernels of Q5_K, IQ4_XS and Q8_0 read only those).
-      const bool q5k = t == GgmlType::Q5_K, iq4 = t == GgmlType::IQ4_XS, q80 = t == GgmlType::Q8_0;
+      // Q4_K, Q5_K, Q6_K, IQ4_XS, Q8_0: the same copies in the tile layout (quant/q4k_tiles.h,
+      // q5k_tiles.h, q6k_tiles.h, iq4xs_tiles.h, q80_tiles.h), as CudaBackend::upload_matrix
+      // stores them (the integer kernels of Q5_K, IQ4_XS and Q8_0 read only those).
+      const bool q5k = t == GgmlType::Q5_K, q6k = t == GgmlType::Q6_K, iq4 = t == GgmlType::IQ4_XS,
+                 q80 = t == GgmlType::Q8_0;
       const bool tiles_only = q5k || iq4 || q80;  // no GGUF-row integer kernel to compare with
       Weight tile_probe = w0;  // (imma_supports: whether the tile kernels take it)
       tile_probe.tiles = true;
       uint8_t* tiles_dev = nullptr;
       size_t tiles_stride = 0;
-      if ((t == GgmlType::Q4_K || tiles_only) && df::cuda::imma_supports(tile_probe)) {
+      if ((t == GgmlType::Q4_K || q6k || tiles_only) && df::cuda::imma_supports(tile_probe)) {
         const int n_sb = int(sh.n_in / 256);
         std::vector<uint8_t> tiles(q5k   ? df::q5k_tiles_bytes(sh.n_out, n_sb)
+                                   : q6k ? df::q6k_tiles_bytes(sh.n_out, n_sb)
                                    : iq4 ? df::iq4xs_tiles_bytes(sh.n_out, n_sb)
                                    : q80 ? df::q80_tiles_bytes(sh.n_out, n_sb)
                                          : df::q4k_tiles_bytes(sh.n_out, n_sb));
         if (q5k) df::q5k_to_tiles(host.data(), sh.n_out, n_sb, tiles.data());
+        else if (q6k) df::q6k_to_tiles(host.data(), sh.n_out, n_sb, tiles.data());
         else if (iq4) df::iq4xs_to_tiles(host.data(), sh.n_out, n_sb, tiles.data());
         else if (q80) df::q80_to_tiles(host.data(), sh.n_out, n_sb, tiles.data());
         else df::q4k_to_tiles(host.data(), sh.n_out, n_sb, tiles.data());
@@ -230,16 +236,19 @@ int main(int argc, char** argv) {
                         df::cuda::q4k_pattern_probe(w.data, sh.n_in, sh.n_out, row_bytes, tile, ahead, sink, s);
                       }};
       };
-      // The GEMMs alone: Q4_K on GGUF rows, Q5_K, IQ4_XS and Q8_0 on tiles (the only layout their
-      // GEMMs read); Q8_0 with its own activation format.
+      // The GEMMs alone: Q4_K on GGUF rows, Q5_K, Q6_K, IQ4_XS and Q8_0 on tiles (the only layout
+      // the GEMMs of Q5_K, IQ4_XS and Q8_0 read); Q6_K and Q8_0 with their own activation formats.
+      // Q6_K's GEMM picks its block shape itself (no shape lines).
       auto gemm_quantize = [&](int rows) {
         if (q80) df::cuda::imma_quantize_q80(x, sh.n_in, rows, scratch, s);
+        else if (q6k) df::cuda::imma_quantize_q6k(x, sh.n_in, rows, scratch, s);
         else df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s);
       };
-      auto gemm_weight = [&](const Weight& w) { return tiles_only ? tiles_of(w) : w; };
-      const bool gemm_alone = (t == GgmlType::Q4_K && df::cuda::imma_supports(w0)) || (tiles_only && tiles_dev != nullptr);
+      auto gemm_weight = [&](const Weight& w) { return tiles_only || q6k ? tiles_of(w) : w; };
+      const bool gemm_alone = (t == GgmlType::Q4_K && df::cuda::imma_supports(w0)) ||
+                              ((tiles_only || q6k) && tiles_dev != nullptr);
       auto gemm_shape = [&](const char* name, df::cuda::ImmaGemmShape shape) {
-        return Kernel{name, gemm_alone, 128, max_rows, gemm_quantize, [&, shape](const Weight& w, int rows) {
+        return Kernel{name, gemm_alone && !q6k, 128, max_rows, gemm_quantize, [&, shape](const Weight& w, int rows) {
                         df::cuda::imma_gemm_quantized(gemm_weight(w), y, rows, scratch, s, shape);
                       }};
       };
@@ -250,7 +259,8 @@ int main(int argc, char** argv) {
              float* ys[1] = {y};
              df::cuda::imma_matmul_group(ws, ys, 1, x, rows, scratch, s);
            }},
-          {"imma GEMM alone (x quantized before)", gemm_alone, df::cuda::kImmaGemmMinRows + 1, max_rows, gemm_quantize,
+          {q6k ? "imma GEMM alone, tile layout (x quantized before)" : "imma GEMM alone (x quantized before)", gemm_alone,
+           df::cuda::kImmaGemmMinRows + 1, max_rows, gemm_quantize,
            [&](const Weight& w, int rows) { df::cuda::imma_gemm_quantized(gemm_weight(w), y, rows, scratch, s); }},
           // The same GEMM in each of its block shapes (the default picks one of the first two).
           gemm_shape(q80 ? "imma GEMM 128x64, 8 warps" : "imma GEMM 128x64, 4 warps",
@@ -258,6 +268,7 @@ int main(int argc, char** argv) {
           gemm_shape("imma GEMM 128x128, 8 warps", df::cuda::ImmaGemmShape::k128x128Warps8),
           gemm_shape("imma GEMM 128x128, 16 warps", df::cuda::ImmaGemmShape::k128x128Warps16),
           {q5k   ? "imma, tile layout (quant/q5k_tiles.h)"
+           : q6k ? "imma, tile layout (quant/q6k_tiles.h)"
            : iq4 ? "imma, tile layout (quant/iq4xs_tiles.h)"
            : q80 ? "imma, tile layout (quant/q80_tiles.h)"
                  : "imma, tile layout (quant/q4k_tiles.h)",

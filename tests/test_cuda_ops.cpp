@@ -506,8 +506,8 @@ HostWeight make_weight(GgmlType t, int64_t n_in, int64_t n_out, uint64_t seed) {
 
 // A test weight's copy for the products: Q5_K and IQ4_XS as the models bind them (upload_matrix:
 // their tile layouts on CUDA, the only ones their integer kernels read; the CPU keeps the rows);
-// other types as GGUF rows (weight_data), so that Q4_K's GGUF-row kernels stay covered here (its
-// tiles have tests of their own, Q4kTiledWeightsEqualRows).
+// other types as GGUF rows (weight_data), so that the GGUF-row kernels of Q4_K and Q6_K stay
+// covered here (their tiles have tests of their own, Q4kTiledWeightsEqualRows, Q6kTiled*).
 Weight product_weight(Backend& b, const HostWeight& hw) {
   const Weight host{hw.type, hw.n_in, hw.n_out, hw.bytes.data(), hw.row_bytes};
   if (hw.type == GgmlType::Q5_K || hw.type == GgmlType::IQ4_XS) return b.upload_matrix(host);
@@ -603,7 +603,7 @@ TEST_P(CudaMatmul, AgainstExactAndCpu) {
     for (int s = 0; s < 2; ++s)
       w[s] = Weight{t, c.n_in, c.n_out, be_[s]->weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
     // The CUDA side in GGUF rows, and as upload_matrix stores it where that is a tile layout
-    // (Q4_K: the same kernels' bits; Q8_0: the integer kernels, which only read tiles).
+    // (Q4_K, Q6_K: the same kernels' bits; Q8_0: the integer kernels, which only read tiles).
     std::vector<Weight> gpu_ws = {w[1]};
     const Weight up = gpu().upload_matrix(Weight{t, c.n_in, c.n_out, hw.bytes.data(), hw.row_bytes});
     if (up.tiles) gpu_ws.push_back(up);
@@ -1881,14 +1881,16 @@ std::vector<int32_t> greedy_ids(TargetModel& tm, const std::vector<int32_t>& pro
   return ids;
 }
 
-// A model whose Q4_K matrices are stored as tiles (make_cuda_backend's tiles) computes the
-// very logits of the GGUF-row one, step by step, direct and replayed as CUDA graphs (whose tapes
-// must carry the layout: a replay that read tiles as rows gave garbage on the H200), and the
-// same greedy ids through the device argmax.
+// A model whose Q4_K and Q6_K matrices are stored as tiles (make_cuda_backend's tiles) computes
+// the very logits of the GGUF-row one, step by step, direct and replayed as CUDA graphs (whose
+// tapes must carry the layout: a replay that read tiles as rows gave garbage on the H200), and
+// the same greedy ids through the device argmax. (Tiny shapes: the Q6_K matrices of 512 inputs,
+// ffn_down, are tiled; those of 256, an odd block count, stay on the f16 kernel either way.)
 TEST(CudaGraphs, Q4kTilesGiveTheSameLogits) {
   if (!have_gpu()) GTEST_SKIP() << kNoGpu;
   test::TempDir dir;
-  for (const auto& [arch, type] : {std::pair{"qwen3", "q4_k"}, std::pair{"qwen35", "q4_k"}, std::pair{"qwen35", "mix-q4_k_m"}}) {
+  for (const auto& [arch, type] : {std::pair{"qwen3", "q4_k"}, std::pair{"qwen35", "q4_k"}, std::pair{"qwen35", "mix-q4_k_m"},
+                                   std::pair{"qwen35", "q6_k"}}) {
     SCOPED_TRACE(std::string(arch) + " " + type);
     auto file = gguf::File::open(make_graph_test_model(dir, arch, type, 43));
     auto rows = make_cuda_backend(0, false, /*tiles=*/false);
@@ -2164,18 +2166,30 @@ TEST_F(CudaOps, Q6kGemmRowsEqualDecodeRows) {
     expect_gemm_rows_equal_decode_rows(gpu(), GgmlType::Q6_K, c, 7300 + uint64_t(c.n_in));
 }
 
+// The same on Q6_K tiles (upload_matrix, quant/q6k_tiles.h): the kTiles variants of the GEMM and
+// of the decode kernel, the same cases but the odd block count (not tiled: the f16 kernel's).
+TEST_F(CudaOps, Q6kTiledGemmRowsEqualDecodeRows) {
+  for (const GemmCase& c : {GemmCase{5120, 300, 300}, GemmCase{17408, 130, 300}, GemmCase{1024, 12000, 600},
+                            GemmCase{5120, 3000, 2500}, GemmCase{8704, 45, 2500}, GemmCase{8704, 4500, 300}})
+    expect_gemm_rows_equal_decode_rows(gpu(), GgmlType::Q6_K, c, 7350 + uint64_t(c.n_in), /*upload_matrix=*/true);
+}
+
 // Every row count of a decode kernel (imma_q6k.cu, imma_iq4xs.cu: 1 row, its one-row variant;
 // 2-8 one n-tile with padding rows; 9-16 two; 17-24 four with the fourth empty; 25-32 four, all
 // live) gives each row the bits of one 40-row call (the prefill GEMM), memcmp-equal, for calls
 // starting at row 0 and ending at row 39. n_in 1024: one super-block per slot; 17408: three
 // (slots that start on odd super-blocks); n_out 45: an output tail. Outputs start as NaN.
-void expect_decode_rows_at_every_width_equal_gemm_rows(Backend& gpu, GgmlType t, uint64_t seed) {
+// upload_matrix: the weight as upload_matrix stores it (tiles), else product_weight's.
+void expect_decode_rows_at_every_width_equal_gemm_rows(Backend& gpu, GgmlType t, uint64_t seed,
+                                                       bool upload_matrix = false) {
   for (const int64_t n_in : {int64_t(1024), int64_t(17408)}) {
     const int64_t n_out = 45;
     const int rows = 40;
     const HostWeight hw = make_weight(t, n_in, n_out, seed + uint64_t(n_in));
     const std::vector<float> x = make_activations(rows, n_in, seed + 100 + uint64_t(n_in));
-    const Weight w = product_weight(gpu, hw);
+    const Weight w = upload_matrix ? gpu.upload_matrix(Weight{t, n_in, n_out, hw.bytes.data(), hw.row_bytes})
+                                   : product_weight(gpu, hw);
+    EXPECT_TRUE(!upload_matrix || w.tiles) << "upload_matrix kept " << type_name(t) << " in rows";
     const std::vector<float> poison(size_t(rows) * n_out, kPoison);
     float* xd = static_cast<float*>(gpu.alloc(x.size() * sizeof(float)));
     float* yd = static_cast<float*>(gpu.alloc(poison.size() * sizeof(float)));
@@ -2200,6 +2214,10 @@ void expect_decode_rows_at_every_width_equal_gemm_rows(Backend& gpu, GgmlType t,
 
 TEST_F(CudaOps, Q6kDecodeRowsAtEveryWidthEqualGemmRows) {
   expect_decode_rows_at_every_width_equal_gemm_rows(gpu(), GgmlType::Q6_K, 7400);
+}
+
+TEST_F(CudaOps, Q6kTiledDecodeRowsAtEveryWidthEqualGemmRows) {
+  expect_decode_rows_at_every_width_equal_gemm_rows(gpu(), GgmlType::Q6_K, 7500, /*upload_matrix=*/true);
 }
 
 TEST_F(CudaOps, Iq4xsDecodeRowsAtEveryWidthEqualGemmRows) {
@@ -3260,6 +3278,94 @@ TEST_F(CudaOps, Q4kTiledWeightsEqualRows) {
   }
 }
 
+
+// Q6_K matrices stored as 16-row tiles (CudaBackend::upload_matrix, quant/q6k_tiles.h) give the
+// bits the GGUF rows give, through every kernel's tile variant: the decode kernel at each width
+// (rows 1: the one-row variant; 2-8; 9-16; 17-24: four n-tiles, the fourth empty; 25-32), the
+// prefill GEMM (33+ rows) in both block shapes (n_out 4500: 128 x 64 blocks on up to 144 SMs;
+// the rest 64 x 64), slots of one super-block and of two and three (n_in 8704, 17408: odd
+// super-blocks first in a slot), tail tiles (300, 37, 17, 129 outputs), a shared-input group of
+// two tiled weights, and the GEMM alone (imma_gemm_quantized, x quantized by imma_quantize_q6k)
+// on both layouts; outputs poisoned before each run. An embedding lookup of a tiled matrix is
+// refused; with the tile layout off, upload_matrix keeps the rows, which the integer kernels
+// still take.
+TEST_F(CudaOps, Q6kTiledWeightsEqualRows) {
+  struct Shape {
+    int64_t n_in, n_out;
+  };
+  for (const Shape sh : {Shape{5120, 300}, Shape{17408, 37}, Shape{1024, 17}, Shape{8704, 129}, Shape{1024, 4500},
+                         Shape{8704, 4500}}) {
+    const HostWeight hw = make_weight(GgmlType::Q6_K, sh.n_in, sh.n_out, 9400 + uint64_t(sh.n_in + sh.n_out));
+    const HostWeight hw2 = make_weight(GgmlType::Q6_K, sh.n_in, 48, 9450 + uint64_t(sh.n_in));
+    const Weight w{GgmlType::Q6_K, sh.n_in, sh.n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
+    const Weight w2{GgmlType::Q6_K, sh.n_in, 48, gpu().weight_data(hw2.bytes.data(), hw2.bytes.size()), hw2.row_bytes};
+    const Weight wt = gpu().upload_matrix(Weight{GgmlType::Q6_K, sh.n_in, sh.n_out, hw.bytes.data(), hw.row_bytes});
+    const Weight wt2 = gpu().upload_matrix(Weight{GgmlType::Q6_K, sh.n_in, 48, hw2.bytes.data(), hw2.row_bytes});
+    ASSERT_TRUE(wt.tiles && wt2.tiles);
+    ASSERT_TRUE(cuda::imma_supports(wt) && cuda::imma_supports(w));
+    constexpr int kMaxRows = 512;
+    const std::vector<float> x = make_activations(kMaxRows, sh.n_in, 9500 + uint64_t(sh.n_in));
+    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
+    gpu().upload(xd, x.data(), x.size() * sizeof(float));
+    const std::vector<float> poison(size_t(kMaxRows) * size_t(sh.n_out), kPoison);
+    float* yd = static_cast<float*>(gpu().alloc(poison.size() * sizeof(float)));
+    float* yd2 = static_cast<float*>(gpu().alloc(size_t(kMaxRows) * 48 * sizeof(float)));
+    auto get = [&](float* p, size_t n) {
+      std::vector<float> v(n);
+      gpu().download(v.data(), p, n * sizeof(float));
+      return v;
+    };
+    auto poisoned = [&](float* p, size_t n) {
+      gpu().upload(p, poison.data(), n * sizeof(float));
+      return p;
+    };
+    for (int rows : {1, 2, 7, 8, 9, 16, 17, 24, 32, 33, 100, 512}) {
+      const std::string where = std::to_string(sh.n_in) + " x " + std::to_string(sh.n_out) + ", rows " + std::to_string(rows);
+      const size_t n = size_t(rows) * size_t(sh.n_out), n2 = size_t(rows) * 48;
+      gpu().matmul(w, xd, rows, poisoned(yd, n));
+      const std::vector<float> want = get(yd, n);
+      gpu().matmul(wt, xd, rows, poisoned(yd, n));
+      const std::vector<float> got = get(yd, n);
+      EXPECT_TRUE(same_bits(got, want)) << where;
+      EXPECT_TRUE(std::none_of(got.begin(), got.end(), [](float v) { return std::isnan(v); })) << where << ": unwritten outputs";
+      if (rows == 1 || rows == 9 || rows == 24 || rows == 100) {  // two tiled weights in one group
+        gpu().matmul(w2, xd, rows, poisoned(yd2, n2));
+        const std::vector<float> want2 = get(yd2, n2);
+        const Weight* ws[2] = {&wt, &wt2};
+        float* ys[2] = {poisoned(yd, n), poisoned(yd2, n2)};
+        gpu().matmul_shared_input(ws, ys, 2, xd, rows);
+        EXPECT_TRUE(same_bits(get(yd, n), want)) << "shared input, first, " << where;
+        EXPECT_TRUE(same_bits(get(yd2, n2), want2)) << "shared input, second, " << where;
+      }
+      if (rows == 100 || rows == 512) {  // the GEMM alone, on tiles and on rows
+        void* scratch = gpu().alloc(cuda::imma_scratch_bytes(w, rows));
+        gpu().synchronize();
+        cuda::imma_quantize_q6k(xd, sh.n_in, rows, scratch, nullptr);
+        for (const Weight* wl : {&wt, &w}) {
+          gpu().upload(yd, poison.data(), n * sizeof(float));
+          gpu().synchronize();
+          cuda::imma_gemm_quantized(*wl, yd, rows, scratch, nullptr);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << where;
+          EXPECT_TRUE(same_bits(get(yd, n), want)) << "GEMM alone on " << (wl->tiles ? "tiles, " : "rows, ") << where;
+        }
+        gpu().release(scratch);
+      }
+    }
+    int32_t* tok = static_cast<int32_t*>(gpu().alloc(sizeof(int32_t)));
+    const int32_t zero = 0;
+    gpu().upload(tok, &zero, sizeof(zero));
+    EXPECT_ANY_THROW(gpu().embed(wt, tok, 1, yd)) << "an embedding lookup read Q6_K tiles as rows";
+    gpu().release(tok);
+    gpu().release(yd2);
+    gpu().release(yd);
+    gpu().release(xd);
+  }
+  auto rows_be = make_cuda_backend(0, false, /*tiles=*/false);
+  const HostWeight hw = make_weight(GgmlType::Q6_K, 1024, 32, 9560);
+  const Weight wr = rows_be->upload_matrix(Weight{GgmlType::Q6_K, 1024, 32, hw.bytes.data(), hw.row_bytes});
+  EXPECT_FALSE(wr.tiles);
+  EXPECT_TRUE(cuda::imma_supports(wr)) << "the integer kernels read Q6_K rows too";
+}
 
 // Q5_K matrices through upload_matrix (CudaBackend stores them as tiles, quant/q5k_tiles.h): the
 // kernels' kQ5k variants at every width (rows 1; 2-8; 9-16; 17-32; the GEMM above) agree with

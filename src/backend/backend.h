@@ -19,9 +19,9 @@ struct Weight {
   int64_t n_out = 0;  // ne1
   const void* data = nullptr;
   size_t row_bytes = 0;  // of a GGUF row (also when the bytes are stored otherwise)
-  // data holds its type's tile layout (Q4_K, Q5_K, IQ4_XS, Q8_0: quant/q4k_tiles.h, q5k_tiles.h,
-  // iq4xs_tiles.h, q80_tiles.h), not GGUF rows: Backend::upload_matrix of a backend whose
-  // products read it faster (CUDA); only those products read such weights.
+  // data holds its type's tile layout (Q4_K, Q5_K, Q6_K, IQ4_XS, Q8_0: quant/q4k_tiles.h,
+  // q5k_tiles.h, q6k_tiles.h, iq4xs_tiles.h, q80_tiles.h), not GGUF rows: Backend::upload_matrix
+  // of a backend whose products read it faster (CUDA); only those products read such weights.
   bool tiles = false;
   explicit operator bool() const { return data != nullptr; }
 };
@@ -87,7 +87,7 @@ class Backend {
   virtual const void* weight_data(const void* host, size_t bytes) = 0;
   // A matrix for the products (matmul, matmul_shared_input), host.data its GGUF bytes (as
   // weight_data takes them): a backend may store it in a layout its product kernels read faster
-  // (CUDA: Q4_K, Q5_K, IQ4_XS and Q8_0 as 16-row tiles). Embedding tables, which embed() reads by
+  // (CUDA: Q4_K, Q5_K, Q6_K, IQ4_XS and Q8_0 as 16-row tiles). Embedding tables, which embed() reads by
   // row, use weight_data.
   virtual Weight upload_matrix(const Weight& host) {
     Weight w = host;

@@ -13,6 +13,7 @@
 #include "quant/iq4xs_tiles.h"
 #include "quant/q4k_tiles.h"
 #include "quant/q5k_tiles.h"
+#include "quant/q6k_tiles.h"
 #include "quant/q80_tiles.h"
 #include "util/error.h"
 
@@ -169,6 +170,7 @@ Weight CudaBackend::upload_matrix(const Weight& host) {
   switch (host.type) {
     case GgmlType::Q4_K: repack = q4k_to_tiles, bytes = q4k_tiles_bytes; break;
     case GgmlType::Q5_K: repack = q5k_to_tiles, bytes = q5k_tiles_bytes; break;
+    case GgmlType::Q6_K: repack = q6k_to_tiles, bytes = q6k_tiles_bytes; break;
     case GgmlType::IQ4_XS: repack = iq4xs_to_tiles, bytes = iq4xs_tiles_bytes; break;
     case GgmlType::Q8_0: repack = q80_to_tiles, bytes = q80_tiles_bytes; break;
     default: break;

@@ -19,7 +19,8 @@ class CudaBackend : public Backend {
   // next (false: every product quantizes its input itself; the tests compare the two).
   // tiles: upload_matrix stores Q4_K matrices as 16-row tiles (quant/q4k_tiles.h), which the
   // decode kernel streams ~15-20% faster (bench/matmul_kernels, session 8), with bit-identical
-  // products (CudaGraphs.Q4kTilesGiveTheSameLogits, CudaOps.Q4kTiledWeightsEqualRows); and Q5_K,
+  // products (CudaGraphs.Q4kTilesGiveTheSameLogits, CudaOps.Q4kTiledWeightsEqualRows), Q6_K ones
+  // the integer kernels take likewise (quant/q6k_tiles.h; CudaOps.Q6kTiledWeightsEqualRows); and Q5_K,
   // IQ4_XS and Q8_0 matrices as tiles (quant/q5k_tiles.h, iq4xs_tiles.h, q80_tiles.h; Q8_0 of
   // whole 256-element super-blocks), the only layouts in which the integer kernels take them:
   // false leaves them in GGUF rows on the f16 tensor-core kernel (other bits).
@@ -42,7 +43,7 @@ class CudaBackend : public Backend {
                int rows) override;
   void synchronize() override;
   const void* weight_data(const void* host, size_t bytes) override;
-  // Q4_K, Q5_K, IQ4_XS and Q8_0 matrices the integer kernels take are stored as 16-row tiles (see tiles above).
+  // Q4_K, Q5_K, Q6_K, IQ4_XS and Q8_0 matrices the integer kernels take are stored as 16-row tiles (see tiles above).
   Weight upload_matrix(const Weight& host) override;
 
   void matmul(const Weight& w, const float* x, int rows, float* y) override;

@@ -15,6 +15,7 @@
 #include "quant/iq4xs_tiles.h"
 #include "quant/q4k_tiles.h"
 #include "quant/q5k_tiles.h"
+#include "quant/q6k_tiles.h"
 #include "quant/q80_tiles.h"
 
 namespace df::cuda {
@@ -41,6 +42,7 @@ struct Segments {
   int n;
   bool q4k_tiles;  // the weights are in the tile layout (quant/q4k_tiles.h): w[k] is a tile
   bool q5k_tiles;  // Q5_K weights in theirs (quant/q5k_tiles.h): w[k] is a tile
+  bool q6k_tiles;  // Q6_K weights in theirs (quant/q6k_tiles.h): w[k] is a tile
                    // (IQ4_XS and Q8_0 weights are always tiles: their kernels read no other layout)
 };
 
@@ -319,28 +321,31 @@ inline Slots slots_of(int n_sb) {
 // Calls launch(segments) for weights ws[0..n) (same n_in) into ys: one launch while the
 // segments fit a grid's 65535 blocks of 16 outputs, else one per slice (for_output_slices).
 // No allocation: this runs for every product of a step. The weights share one layout (GGUF
-// rows, or Q4_K, Q5_K, IQ4_XS or Q8_0 tiles; callers group them so).
+// rows, or Q4_K, Q5_K, Q6_K, IQ4_XS or Q8_0 tiles; callers group them so).
 template <class F>
 void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launch) {
   Segments cur{};
   cur.q4k_tiles = n > 0 && ws[0]->tiles && ws[0]->type == GgmlType::Q4_K;
   cur.q5k_tiles = n > 0 && ws[0]->tiles && ws[0]->type == GgmlType::Q5_K;
+  cur.q6k_tiles = n > 0 && ws[0]->tiles && ws[0]->type == GgmlType::Q6_K;
   for (int i = 0; i < n; ++i) {
     const Weight& w = *ws[i];
     if (w.tiles != ws[0]->tiles || (w.tiles && w.type != ws[0]->type))
       throw std::invalid_argument("imma products of weights in two layouts");
-    static_assert(kQ4kTileRows == 16 && kQ80TileRows == 16, "slices start on a tile");
+    static_assert(kQ4kTileRows == 16 && kQ6kTileRows == 16 && kQ80TileRows == 16, "slices start on a tile");
     const size_t tile_bytes = w.type == GgmlType::Q4_K   ? kQ4kTileBytes
                               : w.type == GgmlType::Q5_K ? kQ5kTileBytes
+                              : w.type == GgmlType::Q6_K ? kQ6kTileBytes
                               : w.type == GgmlType::IQ4_XS ? kIq4xsTileBytes
                                                            : kQ80TileBytes;
     for_output_slices(w.n_out, 16, [&](int64_t o, int64_t cnt, unsigned blocks) {
       if (cur.n == kMaxSegments || int64_t(cur.first_block[cur.n]) + blocks > 65535) {
         launch(cur);
-        const bool tiles = cur.q4k_tiles, q5k = cur.q5k_tiles;
+        const bool tiles = cur.q4k_tiles, q5k = cur.q5k_tiles, q6k = cur.q6k_tiles;
         cur = Segments{};
         cur.q4k_tiles = tiles;
         cur.q5k_tiles = q5k;
+        cur.q6k_tiles = q6k;
       }
       const int k = cur.n++;
       // A slice starts at output o, a multiple of 16: tile o / 16 of a tiled weight.

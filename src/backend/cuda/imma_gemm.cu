@@ -39,6 +39,7 @@
 #include "backend/cuda/imma_common.cuh"
 #include "backend/cuda/imma_gemm.cuh"
 #include "backend/cuda/imma_iq4xs.cuh"
+#include "backend/cuda/imma_q6k.cuh"
 #include "backend/cuda/imma_q80.cuh"
 #include "backend/cuda/imma_tiles.cuh"
 
@@ -383,6 +384,7 @@ void imma_quantize(const float* x, int64_t n_in, int rows, void* scratch, cudaSt
 
 void imma_gemm_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s, ImmaGemmShape shape) {
   if (w.type == GgmlType::Q8_0) return imma_q80_gemm_quantized(w, y, rows, scratch, s, shape);
+  if (w.type == GgmlType::Q6_K) return imma_q6k_gemm_quantized(w, y, rows, scratch, s);
   const int rows_pad = (rows + 7) / 8 * 8;
   const Q8kLayout l = q8k_layout(w.n_in, rows_pad);
   const auto* base = static_cast<const uint8_t*>(scratch);

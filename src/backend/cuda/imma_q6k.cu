@@ -35,6 +35,17 @@
 // pdl_trigger first, as every matmul does, see common.cuh). Activations come half a super-block
 // (eight groups) at a time, the float part's inputs when used: with the 36 weight words in flight
 // that fits one n-tile in 80 registers (24 warps an SM) without spilling.
+//
+// Tiles (kTiles; quant/q6k_tiles.h, the layout CudaBackend::upload_matrix makes): a 16-row tile's
+// super-block is 3360 consecutive bytes holding each lane's words already in slot order, so a
+// warp reads it with six coalesced 16-byte loads a lane (ql and qh words of rows g, g + 8), two
+// 16-byte loads of its rows' scales (its own word of the offset mma picked from them by
+// selects) and one 4-byte load of the d's: 9 loads a super-block instead of 36, and no PRMT
+// realigns odd super-blocks (their scales' slots stay rotated, an index known at compile time).
+// The quant words group what each (half, part) step uses, so a word's registers free together:
+// grouped by span, as first written, the 16-byte loads' aligned register quads stayed live
+// longer and ptxas spilled 40 bytes a thread in the one-row variant (16 now, 4 on GGUF rows).
+// The same values reach the same mma in the same order: the same bits as on GGUF rows.
 #include <algorithm>
 #include <type_traits>
 
@@ -42,10 +53,20 @@
 #include "backend/cuda/imma_common.cuh"
 #include "backend/cuda/imma_q6k.cuh"
 #include "backend/cuda/kernels.h"
+#include "quant/q6k_tiles.h"
 
 namespace df::cuda {
 
 namespace {
+
+// The tiles store each lane's bytes in the activations' slot order.
+constexpr bool slot_orders_agree() {
+  for (int sb = 0; sb < 2; ++sb)
+    for (int p = 0; p < 16; ++p)
+      if (q6k_slot_elem(sb, p) != q6k_elem(sb, p)) return false;
+  return true;
+}
+static_assert(slot_orders_agree(), "quant/q6k_tiles.h and the activations disagree on the slot order");
 
 constexpr int kMaxNt = 4;         // n-tiles per launch group: 32 activation rows
 constexpr int kRowsPerGroup = 8 * kMaxNt;
@@ -101,8 +122,8 @@ __device__ __forceinline__ void q6_values4(uint32_t (&v)[4], uint32_t ql_lo, uin
 // alone waits for the quantizer) and no n-tile branches below four n-tiles. kOneRow (NT = 1, a
 // call of one row, plain decode): of the lane's columns 2c, 2c + 1 only even ones can be live,
 // so the odd ones' scale multiplies and float part are left out (a column's bits do not depend
-// on the others').
-template <int NT, bool kOneRow>
+// on the others'). kTiles: the weights in the tile layout (see the header).
+template <int NT, bool kOneRow, bool kTiles = false>
 __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
     imma_q6k_kernel(const Segments segs, int n_sb, Slots slots, const int8_t* __restrict__ xq,
                     const float* __restrict__ xd, const uint2* __restrict__ xs, int rows_pad, int rows) {
@@ -124,7 +145,17 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
   // sb * kQ6kBytes further; less q6k_rot(sb), this lane's word of each 16-byte span is 4c
   // further (spans 0..11: ql and qh; 12: the scales, the mma A operand of the offset).
   const uint8_t* wrow[2];
-  {
+  // Tiles: this lane's first quant word in super-block 0 of the block's tile (super-block sb is
+  // sb * kQ6kTileBytes further), and from there its rows' scales (the first of two 16-byte words)
+  // and d's. (Rows past n_out: the tile repeats the last.)
+  const uint8_t* tq = nullptr;
+  uint32_t ts_off = 0, td_off = 0;
+  if constexpr (kTiles) {
+    const BlockSegment bs = block_segment(segs, 16);
+    tq = opaque(bs.w + size_t(bs.o0 / 16) * size_t(n_sb) * kQ6kTileBytes + 16 * lane);
+    ts_off = opaque(uint32_t(kQ6kTileScales + 16 * g - 16 * lane));
+    td_off = opaque(uint32_t(kQ6kTileD + 4 * g - 16 * lane));
+  } else {
     const BlockSegment bs = block_segment(segs, 16);
 #pragma unroll
     for (int h = 0; h < 2; ++h) wrow[h] = opaque(bs.w + size_t(min(bs.o0 + g + 8 * h, bs.n_out - 1)) * bs.row_bytes);
@@ -163,18 +194,41 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
       constexpr bool kFirst = decltype(first_tag)::value;
       const uint32_t sbu = uint32_t(sb);
       uint32_t q[2][13], win[2][5];  // per row: spans 0..12; bytes 192-kRot.. (scales, d)
+      [[maybe_unused]] uint32_t tsc[2][4], tdw;  // tiles: per row the scale slots 4i..4i+3; the rows' d's
+      if constexpr (kTiles) {
+        uint4 v[6], sc[2];
+        const uint8_t* const pq = wide_madd(tq, sbu, kQ6kTileBytes);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint8_t* const pb = wide_madd(wrow[h], sbu, kQ6kBytes) - kRot;
-        const uint8_t* const pq = wide_madd(pb, lane_off, 1u);  // the lane's word of span 0
+        for (int k = 0; k < 6; ++k) v[k] = __ldg(reinterpret_cast<const uint4*>(pq + kQ6kTileQuantStride * k));
+        const uint8_t* const ps = wide_madd(pq, ts_off, 1u);
 #pragma unroll
-        for (int s = 0; s < 13; ++s) q[h][s] = __ldg(reinterpret_cast<const unsigned*>(pq + 16 * s));
+        for (int u = 0; u < 2; ++u) sc[u] = __ldg(reinterpret_cast<const uint4*>(ps + 128 * u));
+        tdw = __ldg(reinterpret_cast<const unsigned*>(wide_madd(pq, td_off, 1u)));
+        // Span s of row g + 8h (q6k_tiles.h: ql spans 4 hh + t + 2p in quant word 3 hh + t, qh
+        // spans 8 + 2 hh + p in 3 hh + 2); row g + 8h's scale slots 4i..4i+3 are word
+        // 2 (i % 2) + h of sc[i / 2].
+        auto word = [](const uint4& x, int i) { return i == 0 ? x.x : i == 1 ? x.y : i == 2 ? x.z : x.w; };
 #pragma unroll
-        for (int i = 0; i < 5; ++i) win[h][i] = __ldg(reinterpret_cast<const unsigned*>(pb + 192 + 4 * i));
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int s = 0; s < 12; ++s) q[h][s] = word(v[q6k_tile_word(s)], 2 * q6k_tile_pair(s) + h);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) tsc[h][i] = word(sc[i / 2], 2 * (i % 2) + h);
+        }
+      } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* const pb = wide_madd(wrow[h], sbu, kQ6kBytes) - kRot;
+          const uint8_t* const pq = wide_madd(pb, lane_off, 1u);  // the lane's word of span 0
+#pragma unroll
+          for (int s = 0; s < 13; ++s) q[h][s] = __ldg(reinterpret_cast<const unsigned*>(pq + 16 * s));
+#pragma unroll
+          for (int i = 0; i < 5; ++i) win[h][i] = __ldg(reinterpret_cast<const unsigned*>(pb + 192 + 4 * i));
+        }
       }
       if constexpr (kFirst) pdl_wait();  // the activations are the quantizer's output
 
-      if constexpr (kRot != 0) {  // lane 0's words take bytes 0, 1 of the next
+      if constexpr (!kTiles && kRot != 0) {  // lane 0's words take bytes 0, 1 of the next
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -206,8 +260,15 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
 #pragma unroll
           for (int k = 0; k < 4; ++k) {
             const int j = 8 * hh + 2 * k + m, jj = j % 4;
-            const int sc0 = signed_byte_prmt(win[0][(j + kRot) / 4], (j + kRot) % 4);
-            const int sc1 = signed_byte_prmt(win[1][(j + kRot) / 4], (j + kRot) % 4);
+            int sc0, sc1;
+            if constexpr (kTiles) {  // slot (j + kRot) % 16
+              const int p = (j + kRot) % 16;
+              sc0 = signed_byte_prmt(tsc[0][p / 4], p % 4);
+              sc1 = signed_byte_prmt(tsc[1][p / 4], p % 4);
+            } else {
+              sc0 = signed_byte_prmt(win[0][(j + kRot) / 4], (j + kRot) % 4);
+              sc1 = signed_byte_prmt(win[1][(j + kRot) / 4], (j + kRot) % 4);
+            }
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
               if (!live(nt)) continue;  // uniform
@@ -227,13 +288,19 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
       // Float part, once per super-block and (row, column), as the CPU's finish_q6k:
       // acc += (d_x * d) * (isum - 32 * sum_j sc_j * bsum_j), d_x of this lane's columns 2c, 2c + 1.
       // The offset's A operand: this lane's scale slots 4c..4c+3 of rows g, g + 8, its word of
-      // span 12, realigned as the others (lane 0's next word is d's).
+      // span 12, realigned as the others (lane 0's next word is d's). Tiles: the lane's word of
+      // the scales as stored; the d's of rows g and g + 8 are the low and high halves of one word.
       uint32_t asc[2];
       float dw[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        asc[h] = kRot != 0 ? __byte_perm(q[h][12], win[h][4], realign) : q[h][12];
-        dw[h] = __half2float(__ushort_as_half(static_cast<unsigned short>(kRot == 0 ? win[h][4] & 0xFFFF : win[h][4] >> 16)));
+        if constexpr (kTiles) {  // slots 4c..4c+3: word c of the row's scales (selects, not a load)
+          asc[h] = c >= 2 ? (c == 3 ? tsc[h][3] : tsc[h][2]) : (c == 1 ? tsc[h][1] : tsc[h][0]);
+          dw[h] = __half2float(__ushort_as_half(static_cast<unsigned short>(h == 0 ? tdw & 0xFFFF : tdw >> 16)));
+        } else {
+          asc[h] = kRot != 0 ? __byte_perm(q[h][12], win[h][4], realign) : q[h][12];
+          dw[h] = __half2float(__ushort_as_half(static_cast<unsigned short>(kRot == 0 ? win[h][4] & 0xFFFF : win[h][4] >> 16)));
+        }
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
@@ -290,7 +357,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
 // As imma_matmul.cu's imma_launch: one block per 16 outputs of a segment (grid.y) and
 // kRowsPerGroup activation rows (grid.x), eight warps a block, each taking slots w, w + 8, ...;
 // shared memory holds each slot's NT * 4 partial sums per lane.
-template <int NT, bool kOneRow = false>
+template <int NT, bool kOneRow = false, bool kTiles = false>
 void launch_q6k(const Segments& segs, int64_t n_in, const Q6kActs& a, int rows, cudaStream_t s) {
   const int n_sb = int(n_in / kSb);
   const Slots slots = slots_of(n_sb);
@@ -298,7 +365,7 @@ void launch_q6k(const Segments& segs, int64_t n_in, const Q6kActs& a, int rows, 
   const size_t smem = size_t(slots.count) * NT * 4 * kWarp * sizeof(float);
   // Up to 64 KiB of dynamic shared memory (kMaxSlots x 16 x 32 floats); a refusal shows as the
   // launch error, which the caller checks.
-  constexpr auto kernel = imma_q6k_kernel<NT, kOneRow>;
+  constexpr auto kernel = imma_q6k_kernel<NT, kOneRow, kTiles>;
   (void)raise_smem_limit<kernel>(kMaxSlots * NT * 4 * kWarp * int(sizeof(float)));
   const dim3 grid(ceil_div(rows, kRowsPerGroup), unsigned(segs.first_block[segs.n]));
   launch(kernel, grid, dim3(warps * kWarp), smem, s, segs, n_sb, slots,
@@ -325,12 +392,23 @@ void imma_q6k_group(const Weight* const* ws, float* const* ys, int n, const floa
   const Q6kActs a = q6k_acts(scratch, n_in, rows);
   if (quantized == nullptr) imma_quantize_q6k(x, n_in, rows, scratch, s);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
-    if (rows > kImmaGemmMinRows) imma_q6k_gemm(segs, n_in, a, rows, s);
-    else if (rows == 1) launch_q6k<1, true>(segs, n_in, a, rows, s);
-    else if (rows <= 8) launch_q6k<1>(segs, n_in, a, rows, s);
-    else if (rows <= 16) launch_q6k<2>(segs, n_in, a, rows, s);
-    else launch_q6k<4>(segs, n_in, a, rows, s);
+    if (rows > kImmaGemmMinRows) return imma_q6k_gemm(segs, n_in, a, rows, s);  // (reads segs.q6k_tiles)
+    auto decode = [&](auto tiles) {
+      constexpr bool kTiles = decltype(tiles)::value;
+      if (rows == 1) launch_q6k<1, true, kTiles>(segs, n_in, a, rows, s);
+      else if (rows <= 8) launch_q6k<1, false, kTiles>(segs, n_in, a, rows, s);
+      else if (rows <= 16) launch_q6k<2, false, kTiles>(segs, n_in, a, rows, s);
+      else launch_q6k<4, false, kTiles>(segs, n_in, a, rows, s);
+    };
+    segs.q6k_tiles ? decode(std::true_type{}) : decode(std::false_type{});
   });
+}
+
+void imma_q6k_gemm_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s) {
+  const Q6kActs a = q6k_acts(const_cast<void*>(scratch), w.n_in, rows);
+  const Weight* ws[1] = {&w};
+  float* ys[1] = {y};
+  for_each_launch(ws, ys, 1, [&](const Segments& segs) { imma_q6k_gemm(segs, w.n_in, a, rows, s); });
 }
 
 }  // namespace df::cuda

@@ -92,8 +92,13 @@ __device__ __forceinline__ uint32_t q6_values(uint32_t ql, uint32_t qh, int k) {
 
 __device__ __forceinline__ int signed_byte(uint32_t w, int k) { return int(int8_t(uint8_t(w >> (8 * k)))); }
 
-// imma_q6k_gemm.cu: y = x W^T for the segments' Q6_K weights from the activations `a` (written
-// by imma_q6k.cu's quantizer), for calls of more than kImmaGemmMinRows rows.
+// imma_q6k_gemm.cu: y = x W^T for the segments' Q6_K weights (GGUF rows, or tiles where
+// segs.q6k_tiles) from the activations `a` (written by imma_q6k.cu's quantizer), for calls of
+// more than kImmaGemmMinRows rows.
 void imma_q6k_gemm(const Segments& segs, int64_t n_in, const Q6kActs& a, int rows, cudaStream_t s);
+
+// imma_q6k.cu: imma_gemm_quantized's Q6_K case, the GEMM alone (its block shape by the weight's,
+// as imma_q6k_gemm picks it) from x quantized into scratch by imma_quantize_q6k.
+void imma_q6k_gemm_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s);
 
 }  // namespace df::cuda

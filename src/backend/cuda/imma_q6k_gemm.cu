@@ -53,6 +53,13 @@
 // Measured (H200, session 6): ffn_down at 512 rows 950 -> 854 us a call (106 TOPS), 131 TOPS at
 // 4096 rows; the Q4_K GEMM reaches 192 / 238 TOPS on gate/up, so Q6_K's unpack and scale work
 // per mma is still the gap.
+//
+// Tiles (kTiles; quant/q6k_tiles.h): a tile's super-block is copied as it lies (210 coalesced
+// 16-byte copies, 3360 bytes a 16-row m-tile instead of 16 x 240), and a lane reads, per half
+// super-block and m-tile, its ql and qh words as three 16-byte loads (16 bytes a lane apart: no
+// bank conflicts) already in slot order, so no realigning PRMT; scale words as on rows (slot
+// j + rot of group j), the offset mma's A operand as one 8-byte load, the d's as one word. The
+// same integers and float operations as on GGUF rows: the same bits.
 #include <type_traits>
 
 #include "backend/cuda/common.cuh"
@@ -71,10 +78,11 @@ constexpr int kSRow = 32;     // bytes of per-16 sums per activation row (4 x ui
 constexpr int kSmWarps = 16;  // warps an SM: blocks of 16 warps alone, of 8 two to an SM
 
 // One pipeline stage for a BM x BN tile: weights, activations, activation scales, per-16 sums.
-template <int BM, int BN>
+// Tiles: BM / 16 tile super-blocks of kQ6kTileBytes, as they lie.
+template <int BM, int BN, bool kTiles = false>
 struct Q6kStage {
   static constexpr int kW = 0;
-  static constexpr int kX = kW + BM * kWRow;
+  static constexpr int kX = kW + (kTiles ? BM / kQ6kTileRows * kQ6kTileBytes : BM * kWRow);
   static constexpr int kD = kX + BN * kXRow;
   static constexpr int kS = kD + BN * 4;
   static constexpr int kBytes = (kS + BN * kSRow + 127) / 128 * 128;
@@ -83,6 +91,19 @@ struct Q6kStage {
 // Where chunk (c, t) of an activation row sits in its shared-memory row (see the header).
 __device__ __forceinline__ int x_chunk(int row, int c, int t) { return (4 * t + c) ^ (4 * (row & 1)); }
 
+// Tiles: half hh's quant words are 3 hh + t (t < 3), read with hh a variable (the half loop is
+// not unrolled), so the kernel spells out q6k_tile_word / q6k_tile_pair for that loop.
+constexpr bool tile_words_agree() {
+  for (int hh = 0; hh < 2; ++hh) {
+    for (int jj = 0; jj < 4; ++jj)  // ql span 4 hh + jj: word 2 (jj / 2) + h of quant word 3 hh + jj % 2
+      if (q6k_tile_word(4 * hh + jj) != 3 * hh + jj % 2 || q6k_tile_pair(4 * hh + jj) != jj / 2) return false;
+    for (int m = 0; m < 2; ++m)  // qh span 8 + 2 hh + m: word 2m + h of quant word 3 hh + 2
+      if (q6k_tile_word(8 + 2 * hh + m) != 3 * hh + 2 || q6k_tile_pair(8 + 2 * hh + m) != m) return false;
+  }
+  return true;
+}
+static_assert(tile_words_agree(), "the GEMM's reading of quant/q6k_tiles.h");
+
 // One mma.m16n8k16 (u8 weights x s8 activations) from zero: a group's exact integer dot.
 __device__ __forceinline__ void dot_16816(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
   asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
@@ -90,13 +111,14 @@ __device__ __forceinline__ void dot_16816(int (&d)[4], uint32_t a0, uint32_t a1,
       : "r"(a0), "r"(a1), "r"(b), "r"(0));
 }
 
-// kStages: super-blocks in flight (kStages - 1 load while one computes).
-template <int MT, int NT, int WM, int WN, int kStages, bool kMulti>
+// kStages: super-blocks in flight (kStages - 1 load while one computes). kTiles: the weights in
+// the tile layout (see the header).
+template <int MT, int NT, int WM, int WN, int kStages, bool kMulti, bool kTiles = false>
 __global__ void __launch_bounds__(WM* WN* kWarp, kSmWarps / (WM * WN))
     imma_q6k_gemm_kernel(const Segments segs, int n_sb, int per_slot, const int8_t* __restrict__ xq,
                          const float* __restrict__ xd, const uint2* __restrict__ xs, int rows_pad, int rows) {
   constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN, kWarps = WM * WN, kThreads = kWarps * kWarp;
-  using S = Q6kStage<BM, BN>;
+  using S = Q6kStage<BM, BN, kTiles>;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t smem_s = uint32_t(__cvta_generic_to_shared(smem));
 
@@ -107,16 +129,30 @@ __global__ void __launch_bounds__(WM* WN* kWarp, kSmWarps / (WM * WN))
   const int r0 = int(blockIdx.x) * BN;
 
   // Copies of super-block sb into stage st; rows past n_out or rows_pad come in as zeros (their
-  // sources: row 0's, mapped). A warp copies a row's 53 words per pass.
+  // sources: row 0's, mapped). A warp copies a row's 53 words per pass. Tiles: the tiles' super-
+  // blocks as they lie, 16 bytes a copy; tiles past n_out as zeros (sources: tile 0's); a live
+  // tile's rows past n_out hold its last row.
   auto load_w = [&](int st, int sb) {
     const uint32_t dst = smem_s + st * S::kBytes + S::kW;
-    const size_t from = size_t(sb) * kQ6kBytes - q6k_rot(sb);
+    if constexpr (kTiles) {
+      constexpr int kChunks = kQ6kTileBytes / 16;
 #pragma unroll 1
-    for (int row = warp; row < BM; row += kWarps) {
-      const bool live = bs.o0 + row < bs.n_out;
-      const uint8_t* src = bs.w + (live ? size_t(bs.o0 + row) * bs.row_bytes + from : 0);
-      cp_async4(dst + row * kWRow + 4 * lane, src + 4 * lane, live);
-      if (lane < kWWords - kWarp) cp_async4(dst + row * kWRow + 4 * (kWarp + lane), src + 4 * (kWarp + lane), live);
+      for (int i = tid; i < (BM / kQ6kTileRows) * kChunks; i += kThreads) {
+        const int t = i / kChunks, chunk = i % kChunks;
+        const bool live = bs.o0 + kQ6kTileRows * t < bs.n_out;
+        const int64_t tile = live ? bs.o0 / kQ6kTileRows + t : 0;
+        const uint8_t* src = bs.w + (size_t(tile) * size_t(n_sb) + size_t(sb)) * kQ6kTileBytes + 16 * chunk;
+        cp_async16(dst + t * kQ6kTileBytes + 16 * chunk, src, live);
+      }
+    } else {
+      const size_t from = size_t(sb) * kQ6kBytes - q6k_rot(sb);
+#pragma unroll 1
+      for (int row = warp; row < BM; row += kWarps) {
+        const bool live = bs.o0 + row < bs.n_out;
+        const uint8_t* src = bs.w + (live ? size_t(bs.o0 + row) * bs.row_bytes + from : 0);
+        cp_async4(dst + row * kWRow + 4 * lane, src + 4 * lane, live);
+        if (lane < kWWords - kWarp) cp_async4(dst + row * kWRow + 4 * (kWarp + lane), src + 4 * (kWarp + lane), live);
+      }
     }
   };
   auto load_x = [&](int st, int sb) {
@@ -162,6 +198,9 @@ __global__ void __launch_bounds__(WM* WN* kWarp, kSmWarps / (WM * WN))
     auto wword = [&](int mt, int h, int i) {
       return *reinterpret_cast<const uint32_t*>(wst + (wm0 + 16 * mt + g + 8 * h) * kWRow + 4 * i);
     };
+    // Tiles: m-tile mt's tile super-block; word i (< 4) of a 16-byte value.
+    auto tile_of = [&](int mt) { return wst + (wm0 / kQ6kTileRows + mt) * kQ6kTileBytes; };
+    auto word = [](const uint4& x, int i) { return i == 0 ? x.x : i == 1 ? x.y : i == 2 ? x.z : x.w; };
     // In odd super-blocks lane 0 realigns its word of 16-byte span s with bytes 0, 1 of span
     // s + 1's first word (the decode kernel's PRMT): the raw word of the lane's next span where
     // that is loaded anyway, else one more load.
@@ -190,21 +229,46 @@ __global__ void __launch_bounds__(WM* WN* kWarp, kSmWarps / (WM * WN))
         // Rows g, g + 8: this lane's ql words (spans 4 hh + jj) and qh words (spans 8 + 2 hh + m),
         // and the window words holding the scales of groups 8 hh .. 8 hh + 7 (bytes 192 + kRot + j).
         uint32_t ql[2][4], qh[2][2], scw[2][3];
+        if constexpr (kTiles) {
+          // Quant words 3 hh + t (q6k_tiles.h): t < 2, ql spans 4 hh + t (words h) and 4 hh + t + 2
+          // (words 2 + h); t = 2, qh spans 8 + 2 hh (words h) and 9 + 2 hh (words 2 + h), of row
+          // g + 8h. The scale words of slots 4i'..4i'+3, i' = (2 hh + i) % 4, at 128 (i' / 2) +
+          // 16 g + 8 (i' % 2) + 4 h.
+          const uint8_t* const tp = tile_of(mt);
+          uint4 v[3];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          uint32_t raw_l[4], raw_h[2];
+          for (int t = 0; t < 3; ++t)
+            v[t] = *reinterpret_cast<const uint4*>(tp + kQ6kTileQuantStride * (3 * hh + t) + 16 * lane);
 #pragma unroll
-          for (int jj = 0; jj < 4; ++jj) raw_l[jj] = wword(mt, h, 4 * (4 * hh + jj) + c);
+          for (int h = 0; h < 2; ++h) {
 #pragma unroll
-          for (int m = 0; m < 2; ++m) raw_h[m] = wword(mt, h, 4 * (8 + 2 * hh + m) + c);
-          const uint32_t next_l = kRot == 0 ? 0u : wword(mt, h, 4 * (4 * hh + 4));
-          const uint32_t next_h = kRot == 0 ? 0u : wword(mt, h, 4 * (10 + 2 * hh));
+            for (int jj = 0; jj < 4; ++jj) ql[h][jj] = word(v[jj % 2], 2 * (jj / 2) + h);
 #pragma unroll
-          for (int jj = 0; jj < 4; ++jj) ql[h][jj] = realigned(raw_l[jj], jj < 3 ? raw_l[jj + 1] : next_l);
-          qh[h][0] = realigned(raw_h[0], raw_h[1]);
-          qh[h][1] = realigned(raw_h[1], next_h);
+            for (int m = 0; m < 2; ++m) qh[h][m] = word(v[2], 2 * m + h);
 #pragma unroll
-          for (int i = 0; i < 3; ++i) scw[h][i] = i < 2 || kRot != 0 ? wword(mt, h, 48 + 2 * hh + i) : 0u;
+            for (int i = 0; i < 3; ++i) {
+              const int cs = (2 * hh + i) % 4;  // i' above
+              const uint8_t* const at = tp + kQ6kTileScales + 128 * (cs / 2) + 16 * g + 8 * (cs % 2) + 4 * h;
+              scw[h][i] = i < 2 || kRot != 0 ? *reinterpret_cast<const uint32_t*>(at) : 0u;
+            }
+          }
+        } else {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            uint32_t raw_l[4], raw_h[2];
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) raw_l[jj] = wword(mt, h, 4 * (4 * hh + jj) + c);
+#pragma unroll
+            for (int m = 0; m < 2; ++m) raw_h[m] = wword(mt, h, 4 * (8 + 2 * hh + m) + c);
+            const uint32_t next_l = kRot == 0 ? 0u : wword(mt, h, 4 * (4 * hh + 4));
+            const uint32_t next_h = kRot == 0 ? 0u : wword(mt, h, 4 * (10 + 2 * hh));
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) ql[h][jj] = realigned(raw_l[jj], jj < 3 ? raw_l[jj + 1] : next_l);
+            qh[h][0] = realigned(raw_h[0], raw_h[1]);
+            qh[h][1] = realigned(raw_h[1], next_h);
+#pragma unroll
+            for (int i = 0; i < 3; ++i) scw[h][i] = i < 2 || kRot != 0 ? wword(mt, h, 48 + 2 * hh + i) : 0u;
+          }
         }
 #pragma unroll
         for (int q = 0; q < 2; ++q)
@@ -239,11 +303,20 @@ __global__ void __launch_bounds__(WM* WN* kWarp, kSmWarps / (WM * WN))
     for (int mt = 0; mt < MT; ++mt) {
       uint32_t asc[2];
       float dw[2];
+      if constexpr (kTiles) {  // (the lane's scale words, then the d's of rows g, g + 8 in one word)
+        const uint8_t* const tp = tile_of(mt);
+        const uint2 own = *reinterpret_cast<const uint2*>(tp + kQ6kTileScales + 128 * (c / 2) + 16 * g + 8 * (c % 2));
+        const uint32_t dd = *reinterpret_cast<const uint32_t*>(tp + kQ6kTileD + 4 * g);
+        asc[0] = own.x, asc[1] = own.y;
+        dw[0] = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xFFFF)));
+        dw[1] = __half2float(__ushort_as_half(static_cast<unsigned short>(dd >> 16)));
+      } else {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t w48 = wword(mt, h, 48), w52 = wword(mt, h, 52);
-        asc[h] = kRot != 0 && c == 0 ? __byte_perm(w48, w52, 0x3254) : wword(mt, h, 48 + c);
-        dw[h] = __half2float(__ushort_as_half(static_cast<unsigned short>(kRot == 0 ? w52 & 0xFFFF : w52 >> 16)));
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t w48 = wword(mt, h, 48), w52 = wword(mt, h, 52);
+          asc[h] = kRot != 0 && c == 0 ? __byte_perm(w48, w52, 0x3254) : wword(mt, h, 48 + c);
+          dw[h] = __half2float(__ushort_as_half(static_cast<unsigned short>(kRot == 0 ? w52 & 0xFFFF : w52 >> 16)));
+        }
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
@@ -280,11 +353,12 @@ __global__ void __launch_bounds__(WM* WN* kWarp, kSmWarps / (WM * WN))
   store_gemm_outputs<kMulti>(run, tot_s, tid, kThreads, bs.o0 + wm0, r0 + wn0, g, c, bs.n_out, rows, bs.y, bs.y_stride);
 }
 
-template <int MT, int NT, int WM, int WN, int kStages, bool kMulti>
+template <int MT, int NT, int WM, int WN, int kStages, bool kMulti, bool kTiles>
 void q6k_gemm_launch(const Segments& segs, int n_sb, int per_slot, const Q6kActs& a, int rows, cudaStream_t s) {
   constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN;
-  constexpr auto kernel = imma_q6k_gemm_kernel<MT, NT, WM, WN, kStages, kMulti>;
-  constexpr size_t smem = kStages * size_t(Q6kStage<BM, BN>::kBytes) + (kMulti ? size_t(BM) * BN * sizeof(float) : 0);
+  constexpr auto kernel = imma_q6k_gemm_kernel<MT, NT, WM, WN, kStages, kMulti, kTiles>;
+  constexpr size_t smem =
+      kStages * size_t(Q6kStage<BM, BN, kTiles>::kBytes) + (kMulti ? size_t(BM) * BN * sizeof(float) : 0);
   // kSmWarps / (WM WN) blocks an SM, each with 1 KiB reserved, within the 228 KiB.
   static_assert((smem + 1024) * (kSmWarps / (WM * WN)) <= 228 * 1024, "shared memory for the blocks an SM");
   // Above the default 48 KiB of dynamic shared memory; all of the unified L1 as shared memory.
@@ -298,8 +372,14 @@ void q6k_gemm_launch(const Segments& segs, int n_sb, int per_slot, const Q6kActs
 
 template <int MT, int NT, int WM, int WN, int kStages>
 void q6k_gemm_launch(const Segments& segs, int n_sb, const Slots& slots, const Q6kActs& a, int rows, cudaStream_t s) {
-  if (slots.per_slot > 1) q6k_gemm_launch<MT, NT, WM, WN, kStages, true>(segs, n_sb, slots.per_slot, a, rows, s);
-  else q6k_gemm_launch<MT, NT, WM, WN, kStages, false>(segs, n_sb, slots.per_slot, a, rows, s);
+  auto go = [&](auto multi, auto tiles) {
+    q6k_gemm_launch<MT, NT, WM, WN, kStages, decltype(multi)::value, decltype(tiles)::value>(segs, n_sb, slots.per_slot,
+                                                                                           a, rows, s);
+  };
+  using T = std::true_type;
+  using F = std::false_type;
+  if (segs.q6k_tiles) slots.per_slot > 1 ? go(T{}, T{}) : go(F{}, T{});
+  else slots.per_slot > 1 ? go(T{}, F{}) : go(F{}, F{});
 }
 
 }  // namespace

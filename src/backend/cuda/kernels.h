@@ -81,7 +81,8 @@ size_t imma_q80_scratch_bytes(int64_t n_in, int rows);
 size_t imma_q80_scales_offset(int64_t n_in, int rows);
 // shape: the block shape (kAuto: the one imma_matmul_group picks; the others so the bench can
 // compare them on the device: output tile x warps, each output's bits the same in every shape).
-// A tiled Q8_0 w takes imma_q80_gemm.cu, with x quantized by imma_quantize_q80.
+// A tiled Q8_0 w takes imma_q80_gemm.cu, with x quantized by imma_quantize_q80; a Q6_K w (rows
+// or tiles) imma_q6k_gemm.cu, with x quantized by imma_quantize_q6k, in its own block shape.
 enum class ImmaGemmShape { kAuto, k128x64Warps4, k128x128Warps8, k128x128Warps16 };
 void imma_gemm_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s,
                          ImmaGemmShape shape = ImmaGemmShape::kAuto);
