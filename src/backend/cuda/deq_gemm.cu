@@ -10,12 +10,15 @@
 // occupancy. Here a weight element is dequantized once per block (amortised over 128 activation
 // rows) and the inner loop is ldmatrix and mma only: ~3 instructions per m16n8k16 mma.
 //
-// Not the decode kernels' bits. The integer kernels give every row the same bits whatever the
-// row count, and speculation's exactness needs that among the forwards that decode and verify.
-// This kernel's rows are batch-invariant among themselves (a row's sums depend on its own
-// activations and the weights only: the mma computes each output column independently and the k
-// order is fixed), but they are not the integer kernels' bits, so the backend uses it only for
-// forwards that hold prompt rows alone (Backend::set_prompt_step), never for decode or verify.
+// Not routed (measured, session 11: 1.0-1.3x the integer GEMM on an H100, docs/performance.md).
+// The integer kernels give every row the same bits whatever the row count, which speculation's
+// exactness needs among the forwards that decode and verify. This kernel's rows are
+// batch-invariant among themselves (a row's sums depend on its own activations and the weights
+// only: the mma computes each output column independently and the k order is fixed) but are not
+// the integer kernels' bits, so a backend could take it only for forwards of prompt rows alone.
+// At its measured speed that trade does not pay; it stays here, tested
+// (CudaOps.DeqGemmQ4kAgainstExactAndBatchInvariant) and timed (bench/matmul_kernels), as the
+// f16 path's baseline for a wgmma version.
 //
 // Precision. The weight w = d sc q - dmin m is formed in f16: d sc and dmin m each rounded to
 // f16 once per sub-block (2^-11 relative), then one fused multiply-add per element. Activations

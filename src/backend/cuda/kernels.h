@@ -52,9 +52,9 @@ constexpr int kImmaGemmMinRows = 32;
 
 // deq_gemm.cu -- the prompt GEMM for Q4_K tile weights (quant/q4k_tiles.h): weights dequantized
 // to f16 in shared memory, f16 activations (to_half_rows_scaled), mma with fp32 sums. Its rows are
-// batch-invariant among themselves but are not the integer kernels' bits, so the backend takes it
-// only for prompt-only forwards of more than kImmaGemmMinRows rows (Backend::set_prompt_step).
-// ys[i] = x ws[i]^T for weights of one n_in sharing x; scratch: deq_gemm_scratch_bytes.
+// batch-invariant among themselves but are not the integer kernels' bits; not routed (measured at
+// 1.0-1.3x the integer GEMM: see its header comment). ys[i] = x ws[i]^T for weights of one n_in
+// sharing x; scratch: deq_gemm_scratch_bytes.
 bool deq_gemm_supports(const Weight& w);
 size_t deq_gemm_scratch_bytes(int64_t n_in, int rows);
 void deq_gemm_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
