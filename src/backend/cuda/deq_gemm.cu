@@ -180,12 +180,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   dequant(0, 0, 0);
 
   float acc[kMT][kNT][4];
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
+  zero_accumulators(acc);
 
   const int wm0 = (warp / 8) * 64, wn0 = (warp % 8) * 32;
   for (int k = 0; k < n_slices; ++k) {
