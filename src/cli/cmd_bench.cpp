@@ -31,7 +31,7 @@ constexpr int kMaxVerifyRows = 32;
 
 struct BenchArgs {
   std::string model;
-  int n_prompt = 512, n_gen = 128, reps = 5, batch = 512;
+  int n_prompt = 512, n_gen = 128, reps = 5, batch = kSingleRequestPromptChunk;
   int depth = 0;  // tokens of context before the timed generation (llama-bench's -d)
   LoadOptions load;
   bool json = false;

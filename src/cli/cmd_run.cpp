@@ -23,7 +23,7 @@ struct RunArgs {
   int n_predict = 128;
   LoadOptions load;
   int ctx = 4096;
-  int batch = 512;
+  int batch = kSingleRequestPromptChunk;
   bool chat = false, no_think = false, stats_json = false;
   int64_t seed = -1;
   std::vector<std::string> logit_bias;  // "ID=BIAS"

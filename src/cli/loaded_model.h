@@ -15,6 +15,13 @@ class App;
 
 namespace df::cli {
 
+// Prompt rows per prefill forward when one request has the device (run, bench's -b): larger
+// chunks run the prompt GEMMs nearer their peak (27B shape, H100: a 4096-token prompt at 3026
+// tok/s in chunks of 512, 3491 in 2048, 3501 in 4096; docs/performance.md, session 11) for
+// ~0.4 MB of activation buffers a row. The server keeps 512 (serve -b): its decode rows share
+// each prefill step, and a 2048-row step would stall them ~4x longer.
+constexpr int kSingleRequestPromptChunk = 2048;
+
 struct LoadedModel {
   std::unique_ptr<gguf::File> file;
   std::unique_ptr<Tokenizer> tokenizer;
