@@ -286,6 +286,15 @@ int main(int argc, char** argv) {
              float* ys[1] = {y};
              df::cuda::deq_gemm_group(ws, ys, 1, x, rows, scratch, s);
            }},
+          // The same product on Hopper's warpgroup mma (sm_90a), same scratch and conversion.
+          {"f16 wgmma GEMM on dequantized tiles (deq_wgmma.cu)", t == GgmlType::Q4_K && tiles_dev != nullptr,
+           df::cuda::kImmaGemmMinRows + 1, max_rows, nullptr,
+           [&](const Weight& w, int rows) {
+             const Weight tw = tiles_of(w);
+             const Weight* ws[1] = {&tw};
+             float* ys[1] = {y};
+             df::cuda::deq_wgmma_group(ws, ys, 1, x, rows, scratch, s);
+           }},
           {"mma (f16 tensor cores)", df::cuda::mma_supports(w0), 1, max_rows, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
           {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, kMvMaxRows, nullptr,

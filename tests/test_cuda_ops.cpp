@@ -850,21 +850,24 @@ TEST_F(CudaOps, Q80GemmRowsEqualDecodeRows) {
     expect_gemm_rows_equal_decode_rows(gpu(), GgmlType::Q8_0, c, 7300 + uint64_t(c.n_in), /*upload_matrix=*/true);
 }
 
-// The prompt GEMM on dequantized Q4_K tiles (deq_gemm.cu), against exact double products of the
-// dequantized weights: two weights of one input in one call (ffn gate/up style; output tails of
-// 300 and 130 rows past the 128-output blocks), rows tails, a row scaled past f16's range and a
-// zero row. Bound per element: the f16 weight (d sc and dmin m rounded once each, then one fused
-// multiply-add: 3 roundings of at most 2^-11 of the sub-block's range 15 d sc + dmin m), the f16
-// activation (2^-11 |x|) and fp32 sums. Then batch invariance among its own calls: rows in calls
-// of 33 and 130 rows starting elsewhere give the same bits as in the full call.
-TEST_F(CudaOps, DeqGemmQ4kAgainstExactAndBatchInvariant) {
+// The prompt GEMMs on dequantized Q4_K tiles (deq_gemm.cu, deq_wgmma.cu: fn), against exact
+// double products of the dequantized weights: two weights of one input in one call (ffn gate/up
+// style; output tails of 300 and 130 rows past the 128-output blocks), rows tails, a row scaled
+// past f16's range and a zero row. Bound per element: the f16 weight (d sc and dmin m rounded
+// once each, then one fused multiply-add: 3 roundings of at most 2^-11 of the sub-block's range
+// 15 d sc + dmin m), the f16 activation (2^-11 |x|) and fp32 sums. Then batch invariance among
+// fn's own calls: rows in calls of 33 and 130 rows starting elsewhere give the same bits as in
+// the full call. With vs_deq_gemm, also each output within the same bound of deq_gemm's (both
+// multiply the same f16 bits; only the fp32 summation order differs).
+using DeqGroupFn = void (*)(const Weight* const*, float* const*, int, const float*, int, void*, cudaStream_t);
+void expect_deq_q4k_products(Backend& gpu, DeqGroupFn fn, const std::string& name, bool vs_deq_gemm) {
   const int64_t n_in = 2048;
   const int64_t n_outs[2] = {300, 130};
   std::vector<HostWeight> hws;
   std::vector<Weight> ws;
   for (int i = 0; i < 2; ++i) {
     hws.push_back(make_weight(GgmlType::Q4_K, n_in, n_outs[i], 8100 + uint64_t(i)));
-    ws.push_back(gpu().upload_matrix(Weight{GgmlType::Q4_K, n_in, n_outs[i], hws.back().bytes.data(), hws.back().row_bytes}));
+    ws.push_back(gpu.upload_matrix(Weight{GgmlType::Q4_K, n_in, n_outs[i], hws.back().bytes.data(), hws.back().row_bytes}));
     ASSERT_TRUE(cuda::deq_gemm_supports(ws.back()));
   }
   // Per weight element: the sub-block's range 15 d sc + dmin m, from the block bytes.
@@ -888,33 +891,36 @@ TEST_F(CudaOps, DeqGemmQ4kAgainstExactAndBatchInvariant) {
   const int rows = 300;  // a 256-row block and a tail
   std::vector<float> x = make_activations(rows, n_in, 8200);
   for (int64_t k = 0; k < n_in; ++k) x[size_t(5 * n_in + k)] *= 1e7f;  // |x| ~ 1e5..1e7: scaled into f16's range
-  float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
-  gpu().upload(xd, x.data(), x.size() * sizeof(float));
-  void* scratch = gpu().alloc(cuda::deq_gemm_scratch_bytes(n_in, rows));
-  auto run = [&](int r0, int n, std::vector<std::vector<float>>& out) {
+  float* xd = static_cast<float*>(gpu.alloc(x.size() * sizeof(float)));
+  gpu.upload(xd, x.data(), x.size() * sizeof(float));
+  void* scratch = gpu.alloc(cuda::deq_gemm_scratch_bytes(n_in, rows));
+  auto run = [&](DeqGroupFn f, int r0, int n, std::vector<std::vector<float>>& out) {
     std::vector<float*> yd(2);
     for (int i = 0; i < 2; ++i) {
       const std::vector<float> poison(size_t(n) * size_t(n_outs[i]), kPoison);
-      yd[size_t(i)] = static_cast<float*>(gpu().alloc(poison.size() * sizeof(float)));
-      gpu().upload(yd[size_t(i)], poison.data(), poison.size() * sizeof(float));
+      yd[size_t(i)] = static_cast<float*>(gpu.alloc(poison.size() * sizeof(float)));
+      gpu.upload(yd[size_t(i)], poison.data(), poison.size() * sizeof(float));
     }
     const Weight* wp[2] = {&ws[0], &ws[1]};
-    gpu().synchronize();  // (the kernel runs on the default stream, the backend's copies on its own)
-    cuda::deq_gemm_group(wp, yd.data(), 2, xd + size_t(r0) * size_t(n_in), n, scratch, nullptr);
+    gpu.synchronize();  // (the kernel runs on the default stream, the backend's copies on its own)
+    f(wp, yd.data(), 2, xd + size_t(r0) * size_t(n_in), n, scratch, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     out.assign(2, {});
     for (int i = 0; i < 2; ++i) {
       out[size_t(i)].resize(size_t(n) * size_t(n_outs[i]));
-      gpu().download(out[size_t(i)].data(), yd[size_t(i)], out[size_t(i)].size() * sizeof(float));
-      gpu().release(yd[size_t(i)]);
+      gpu.download(out[size_t(i)].data(), yd[size_t(i)], out[size_t(i)].size() * sizeof(float));
+      gpu.release(yd[size_t(i)]);
     }
   };
   std::vector<std::vector<float>> all;
-  run(0, rows, all);
+  run(fn, 0, rows, all);
+  if (::testing::Test::HasFatalFailure()) return;  // (the launch failed: no outputs to check)
+  std::vector<std::vector<double>> tols(2);
   for (int i = 0; i < 2; ++i) {
     const HostWeight& hw = hws[size_t(i)];
     const std::vector<double> range = ranges(hw);
-    Check c("deq_gemm q4_K " + std::to_string(n_in) + "x" + std::to_string(n_outs[i]) + " vs exact");
+    Check c(name + " q4_K " + std::to_string(n_in) + "x" + std::to_string(n_outs[i]) + " vs exact");
+    tols[size_t(i)].resize(size_t(rows) * size_t(hw.n_out));
     for (int r = 0; r < rows; ++r)
       for (int64_t o = 0; o < hw.n_out; ++o) {
         double ref = 0, mag = 0, wtol = 0;
@@ -924,22 +930,43 @@ TEST_F(CudaOps, DeqGemmQ4kAgainstExactAndBatchInvariant) {
           mag += std::fabs(wk * xk);
           wtol += 3 * 0x1p-11 * range[size_t(o * n_in + k)] * std::fabs(xk);
         }
-        c.add(all[size_t(i)][size_t(r) * hw.n_out + o], ref, wtol + mag * (0x1p-10 + double(n_in) * 0x1p-24) + 1e-30,
-              size_t(r) * hw.n_out + o);
+        const double tol = wtol + mag * (0x1p-10 + double(n_in) * 0x1p-24) + 1e-30;
+        tols[size_t(i)][size_t(r) * hw.n_out + o] = tol;
+        c.add(all[size_t(i)][size_t(r) * hw.n_out + o], ref, tol, size_t(r) * hw.n_out + o);
       }
+  }
+  if (vs_deq_gemm) {
+    std::vector<std::vector<float>> base;
+    run(cuda::deq_gemm_group, 0, rows, base);
+    if (::testing::Test::HasFatalFailure()) return;
+    for (int i = 0; i < 2; ++i) {
+      Check c(name + " q4_K " + std::to_string(n_in) + "x" + std::to_string(n_outs[i]) + " vs deq_gemm");
+      for (size_t e = 0; e < base[size_t(i)].size(); ++e)
+        c.add(all[size_t(i)][e], double(base[size_t(i)][e]), tols[size_t(i)][e], e);
+    }
   }
   for (auto [r0, n] : {std::pair{0, 33}, std::pair{1, 130}, std::pair{167, 133}}) {
     std::vector<std::vector<float>> part;
-    run(r0, n, part);
+    run(fn, r0, n, part);
+    if (::testing::Test::HasFatalFailure()) return;
     for (int i = 0; i < 2; ++i)
       EXPECT_EQ(std::memcmp(part[size_t(i)].data(), all[size_t(i)].data() + size_t(r0) * size_t(n_outs[i]),
                             part[size_t(i)].size() * sizeof(float)),
                 0)
-          << "deq_gemm weight " << i << ": rows " << r0 << ".." << r0 + n - 1
+          << name << " weight " << i << ": rows " << r0 << ".." << r0 + n - 1
           << " in a call of their own differ from the same rows in one call of " << rows;
   }
-  gpu().release(scratch);
-  gpu().release(xd);
+  gpu.release(scratch);
+  gpu.release(xd);
+}
+
+TEST_F(CudaOps, DeqGemmQ4kAgainstExactAndBatchInvariant) {
+  expect_deq_q4k_products(gpu(), cuda::deq_gemm_group, "deq_gemm", /*vs_deq_gemm=*/false);
+}
+
+// The same checks for the wgmma version (deq_wgmma.cu, sm_90a), plus its outputs against deq_gemm's.
+TEST_F(CudaOps, DeqWgmmaQ4kAgainstExactAndBatchInvariant) {
+  expect_deq_q4k_products(gpu(), cuda::deq_wgmma_group, "deq_wgmma", /*vs_deq_gemm=*/true);
 }
 
 // Rows beyond f16's range (|x| >= 65504, as large models' SwiGLU outputs can be) on the f16

@@ -39,6 +39,7 @@
 #include "backend/cuda/imma_common.cuh"
 #include "backend/cuda/imma_tiles.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/q4k_half.cuh"
 #include "quant/q4k_tiles.h"
 
 namespace df::cuda {
@@ -75,28 +76,6 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t half2_bits(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
-__device__ __forceinline__ __half2 bits_half2(uint32_t u) { return *reinterpret_cast<__half2*>(&u); }
-
-// Four 4-bit values (bytes of v, each 0..15) as two half2 of (q0, q1) and (q2, q3): each byte
-// becomes the low byte of the f16 1024 + q (0x64 above it), then 1024 comes off exactly.
-__device__ __forceinline__ void nibbles_to_half(uint32_t v, __half2& lo, __half2& hi) {
-  const __half2 k1024 = __half2half2(__ushort_as_half(0x6400));
-  lo = __hsub2(bits_half2(__byte_perm(v, 0x64u, 0x4140)), k1024);
-  hi = __hsub2(bits_half2(__byte_perm(v, 0x64u, 0x4342)), k1024);
-}
-
-// Scale and (negated) min of sub-block s of a Q4_K header, as half2 pairs for __hfma2.
-__device__ __forceinline__ void sub_block_scale(const uint8_t* hdr, int s, __half2& sc2, __half2& mn2) {
-  const uint32_t w0 = *reinterpret_cast<const uint32_t*>(hdr);
-  const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(w0 & 0xFFFF)));
-  const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(w0 >> 16)));
-  int sc, mn;
-  k4_scale_min(hdr + 4, s, sc, mn);
-  sc2 = __float2half2_rn(d * float(sc));
-  mn2 = __float2half2_rn(-(dmin * float(mn)));
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -153,16 +132,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int cc = 0; cc < 2; ++cc) {  // elements 8c .. 8c + 7 (quant bytes of lane 4g + c, half h)
       const int c = 2 * quarter + cc;
       const uint2 q = *reinterpret_cast<const uint2*>(stage + kQ + t * kQ4kTileQuantStride + 16 * (4 * g + c) + 8 * h);
-      uint32_t out[4];
-#pragma unroll
-      for (int w = 0; w < 2; ++w) {
-        const uint32_t v = ((w == 0 ? q.x : q.y) >> (4 * part)) & 0x0F0F0F0Fu;
-        __half2 a, b;
-        nibbles_to_half(v, a, b);
-        out[2 * w] = half2_bits(__hfma2(a, sc, mn));
-        out[2 * w + 1] = half2_bits(__hfma2(b, sc, mn));
-      }
-      *reinterpret_cast<uint4*>(a_row + 16 * c) = make_uint4(out[0], out[1], out[2], out[3]);
+      *reinterpret_cast<uint4*>(a_row + 16 * c) = q4k_eight_halves(q, 4 * part, sc, mn);
     }
   };
 

@@ -59,6 +59,11 @@ bool deq_gemm_supports(const Weight& w);
 size_t deq_gemm_scratch_bytes(int64_t n_in, int rows);
 void deq_gemm_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                     cudaStream_t s);
+// deq_wgmma.cu -- the same product (same weights, scratch and f16 bits of its operands; fp32
+// sums in another order) on Hopper's warpgroup mma (sm_90a; a build without sm_90a machine code
+// traps). Rows batch-invariant among themselves; a prototype, not routed.
+void deq_wgmma_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
+                     cudaStream_t s);
 // mma_matmul.cu -- x (rows x n floats) as f16 rows scaled by 2^-shift[r] into f16's range (rows up
 // to rows_pad zeros, shift 0); n % 4 == 0.
 void to_half_rows_scaled(const float* x, int rows, int rows_pad, int n, __half* xh, int* row_shift, cudaStream_t s);
