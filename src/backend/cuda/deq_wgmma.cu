@@ -1,8 +1,8 @@
 // The prompt GEMM for Q4_K tile weights (quant/q4k_tiles.h) on Hopper's warpgroup mma (wgmma,
 // sm_90a): what deq_gemm.cu computes (weights dequantized to f16 in shared memory, f16
 // activations from to_half_rows_scaled, fp32 sums, the same f16 weight bits), with the mma
-// asynchronous and its operands read from shared memory through matrix descriptors. Prototype:
-// not routed; tested (CudaOps.DeqWgmmaQ4kAgainstExactAndBatchInvariant) and timed
+// asynchronous and its operands read from shared memory through matrix descriptors. Prototype,
+// not yet run on a GPU (session 11 wrote it after the device time was spent): not routed; tested (CudaOps.DeqWgmmaQ4kAgainstExactAndBatchInvariant) and timed
 // (bench/matmul_kernels). Without sm_90a machine code (a build for sm_90 only) the kernel traps.
 //
 // Why. deq_gemm's mma.sync m16n8k16 waits on ldmatrix results and on the mma.sync pipe (~19

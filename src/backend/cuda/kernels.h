@@ -61,7 +61,8 @@ void deq_gemm_group(const Weight* const* ws, float* const* ys, int n, const floa
                     cudaStream_t s);
 // deq_wgmma.cu -- the same product (same weights, scratch and f16 bits of its operands; fp32
 // sums in another order) on Hopper's warpgroup mma (sm_90a; a build without sm_90a machine code
-// traps). Rows batch-invariant among themselves; a prototype, not routed.
+// traps). Rows batch-invariant among themselves; a prototype, not routed, not yet run on a GPU
+// (written in session 11 after the device time was spent).
 void deq_wgmma_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                      cudaStream_t s);
 // mma_matmul.cu -- x (rows x n floats) as f16 rows scaled by 2^-shift[r] into f16's range (rows up
