@@ -349,21 +349,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 void deq_wgmma_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                      cudaStream_t s) {
   if (n == 0 || rows == 0) return;
-  const int64_t n_in = ws[0]->n_in;
-  for (int i = 0; i < n; ++i)
-    if (!deq_gemm_supports(*ws[i]) || ws[i]->n_in != n_in)
-      throw std::invalid_argument("deq_wgmma_group: Q4_K tile weights of one n_in only");
-  // deq_gemm_scratch_bytes' layout: the f16 rows, then (256-byte aligned) the row shifts.
-  const int rows_pad = (rows + 7) / 8 * 8;
-  auto* xh = static_cast<__half*>(scratch);
-  auto* shift = reinterpret_cast<int*>(static_cast<uint8_t*>(scratch) +
-                                       (size_t(rows_pad) * size_t(n_in) * sizeof(__half) + 255) / 256 * 256);
-  to_half_rows_scaled(x, rows, rows_pad, int(n_in), xh, shift, s);
+  const HalfOperands h = half_operands(ws, n, x, rows, scratch, s, "deq_wgmma_group");
   (void)raise_smem_limit<deq_wgmma_q4k_kernel>(kSmemBytes, /*carveout_max=*/true);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
     const Segments t = segments_in_blocks_of(segs, kBM);
     launch(deq_wgmma_q4k_kernel, dim3(ceil_div(rows, kBN), unsigned(t.first_block[t.n])), dim3(kThreads),
-           kSmemBytes, s, t, int(n_in / kSb), xh, shift, int(n_in), rows_pad, rows);
+           kSmemBytes, s, t, int(h.n_in / kSb), h.xh, h.shift, int(h.n_in), h.rows_pad, rows);
   });
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "backend/backend.h"
 #include "backend/cuda/dequant.cuh"
 
 namespace df::cuda {
@@ -45,5 +46,18 @@ __device__ __forceinline__ uint4 q4k_eight_halves(uint2 q, int shift, __half2 sc
   }
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
+
+// The f16 operands both GEMMs read: the weights checked (Q4_K tiles of one n_in), x converted by
+// to_half_rows_scaled into the scratch (deq_gemm_scratch_bytes' layout: the f16 rows, then,
+// 256-byte aligned, the rows' power-of-two shifts). Defined in deq_gemm.cu; `what` names the
+// caller in the error.
+struct HalfOperands {
+  const __half* xh;
+  const int* shift;
+  int64_t n_in;
+  int rows_pad;
+};
+HalfOperands half_operands(const Weight* const* ws, int n, const float* x, int rows, void* scratch, cudaStream_t s,
+                           const char* what);
 
 }  // namespace df::cuda
