@@ -25,8 +25,12 @@
 // ms, state 2.6 GFLOP ~ 0.17 ms; ~0.23 ms per layer, ~11 ms per prefill (recurrence: 38.5 ms).
 // 4096 rows: 8x, ~90 ms (recurrence, linear in rows: ~310 ms).
 // Measured on the H200 (docs/performance.md, session 6): 20.1 ms per 512-row prefill chunk of the
-// 27B shape (48 layers), twice the estimate: the next step is to find which kernel is slower
-// than assumed (time prepare alone) before moving to tensor cores.
+// 27B shape (48 layers), twice the estimate. Timed alone (H100, session 11, one layer, 512 rows):
+// prepare 156-167 us, state 305 us, so both are ~2-3x the estimate. A likely cause in state: each
+// of a head's d_v / 16 column blocks reads the chunk's whole record (W, Qg, Kd, QK: ~112 KB) from
+// L2 again, with float4 loads of which a warp's 32 lanes use two addresses (its two row groups);
+// staging the record in shared memory per chunk (coalesced, once per block) or tf32 mma for
+// W S_prev, Qg S_prev and Kd^T v_new are the next steps (not yet tried).
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
