@@ -3227,6 +3227,96 @@ TEST(CudaFusedQ8k, SwigluGatedNormAndGateProductsEqualUnfused) {
   }
 }
 
+// What the tile-layout tests below share: a weight of n_out outputs and a second one of 48 with
+// the same n_in, each as GGUF rows (weight_data) and as upload_matrix stores it, 512 activation
+// rows on the device, output buffers poisoned before every product.
+struct TiledCase {
+  static constexpr int kMaxRows = 512;
+  static constexpr int64_t kSecondOut = 48;
+  Backend& gpu;
+  HostWeight hw, hw2;
+  Weight w, w2, wt, wt2;
+  std::vector<float> poison;
+  float *xd = nullptr, *yd = nullptr, *yd2 = nullptr;
+
+  TiledCase(Backend& b, GgmlType t, int64_t n_in, int64_t n_out, uint64_t seed, uint64_t seed2, uint64_t seed_x)
+      : gpu(b),
+        hw(make_weight(t, n_in, n_out, seed)),
+        hw2(make_weight(t, n_in, kSecondOut, seed2)),
+        w{t, n_in, n_out, b.weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes},
+        w2{t, n_in, kSecondOut, b.weight_data(hw2.bytes.data(), hw2.bytes.size()), hw2.row_bytes},
+        wt(b.upload_matrix(Weight{t, n_in, n_out, hw.bytes.data(), hw.row_bytes})),
+        wt2(b.upload_matrix(Weight{t, n_in, kSecondOut, hw2.bytes.data(), hw2.row_bytes})),
+        poison(size_t(kMaxRows) * size_t(n_out), kPoison) {
+    const std::vector<float> x = make_activations(kMaxRows, n_in, seed_x);
+    xd = static_cast<float*>(gpu.alloc(x.size() * sizeof(float)));
+    gpu.upload(xd, x.data(), x.size() * sizeof(float));
+    yd = static_cast<float*>(gpu.alloc(poison.size() * sizeof(float)));
+    yd2 = static_cast<float*>(gpu.alloc(size_t(kMaxRows) * kSecondOut * sizeof(float)));
+  }
+  ~TiledCase() {
+    gpu.release(yd2);
+    gpu.release(yd);
+    gpu.release(xd);
+  }
+  TiledCase(const TiledCase&) = delete;
+  TiledCase& operator=(const TiledCase&) = delete;
+
+  std::vector<float> get(const float* p, size_t n) const {
+    std::vector<float> v(n);
+    gpu.download(v.data(), p, n * sizeof(float));
+    return v;
+  }
+  float* poisoned(float* p, size_t n) const {
+    gpu.upload(p, poison.data(), n * sizeof(float));
+    return p;
+  }
+  // The two tiled weights as one shared-input group give the first `want` and the second what
+  // `second` (wt2 or w2) gives alone.
+  void expect_shared_input(const Weight& second, int rows, const std::vector<float>& want, const std::string& where) {
+    const size_t n = size_t(rows) * size_t(wt.n_out), n2 = size_t(rows) * kSecondOut;
+    gpu.matmul(second, xd, rows, poisoned(yd2, n2));
+    const std::vector<float> want2 = get(yd2, n2);
+    const Weight* ws[2] = {&wt, &wt2};
+    float* ys[2] = {poisoned(yd, n), poisoned(yd2, n2)};
+    gpu.matmul_shared_input(ws, ys, 2, xd, rows);
+    EXPECT_TRUE(same_bits(get(yd, n), want)) << "shared input, first, " << where;
+    EXPECT_TRUE(same_bits(get(yd2, n2), want2)) << "shared input, second, " << where;
+  }
+  // Every prefill block shape of the integer GEMM on the tiles (x quantized to Q8_K) gives `want`.
+  void expect_gemm_shapes(int rows, const std::vector<float>& want, const std::string& where) {
+    const size_t n = size_t(rows) * size_t(wt.n_out);
+    void* scratch = gpu.alloc(cuda::imma_scratch_bytes(wt, rows));
+    gpu.synchronize();
+    cuda::imma_quantize(xd, wt.n_in, rows, scratch, nullptr);
+    for (cuda::ImmaGemmShape shape : {cuda::ImmaGemmShape::k128x64Warps4, cuda::ImmaGemmShape::k128x128Warps8,
+                                      cuda::ImmaGemmShape::k128x128Warps16}) {
+      gpu.upload(yd, poison.data(), n * sizeof(float));
+      gpu.synchronize();
+      cuda::imma_gemm_quantized(wt, yd, rows, scratch, nullptr, shape);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "shape " << int(shape);
+      EXPECT_TRUE(same_bits(get(yd, n), want)) << "GEMM shape " << int(shape) << ", " << where;
+    }
+    gpu.release(scratch);
+  }
+  // An embedding lookup must refuse the tiled matrix (it would read tiles as rows).
+  void expect_embed_refused() {
+    int32_t* tok = static_cast<int32_t*>(gpu.alloc(sizeof(int32_t)));
+    const int32_t zero = 0;
+    gpu.upload(tok, &zero, sizeof(zero));
+    EXPECT_ANY_THROW(gpu.embed(wt, tok, 1, yd)) << "an embedding lookup read " << type_name(wt.type) << " tiles as rows";
+    gpu.release(tok);
+  }
+};
+
+std::string shape_rows(int64_t n_in, int64_t n_out, int rows) {
+  return std::to_string(n_in) + " x " + std::to_string(n_out) + ", rows " + std::to_string(rows);
+}
+
+bool has_nan(const std::vector<float>& v) {
+  return std::any_of(v.begin(), v.end(), [](float f) { return std::isnan(f); });
+}
+
 // Q4_K matrices stored as 16-row tiles (CudaBackend::upload_matrix, quant/q4k_tiles.h) give the
 // bits the GGUF rows give, through every kernel: the decode kernel at each width (rows 1; 2-8;
 // 9-16; 17-32), the prefill GEMM (33+ rows) in each block shape, one- and multi-super-block
@@ -3239,72 +3329,24 @@ TEST_F(CudaOps, Q4kTiledWeightsEqualRows) {
     int64_t n_in, n_out;
   };
   for (const Shape sh : {Shape{5120, 300}, Shape{17408, 37}, Shape{6144, 512}, Shape{256, 17}, Shape{8448, 129}}) {
-    const HostWeight hw = make_weight(GgmlType::Q4_K, sh.n_in, sh.n_out, 9100 + uint64_t(sh.n_in));
-    const HostWeight hw2 = make_weight(GgmlType::Q4_K, sh.n_in, 48, 9300 + uint64_t(sh.n_in));
-    const Weight w{GgmlType::Q4_K, sh.n_in, sh.n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
-    const Weight w2{GgmlType::Q4_K, sh.n_in, 48, gpu().weight_data(hw2.bytes.data(), hw2.bytes.size()), hw2.row_bytes};
-    const Weight wt = gpu().upload_matrix(Weight{GgmlType::Q4_K, sh.n_in, sh.n_out, hw.bytes.data(), hw.row_bytes});
-    const Weight wt2 = gpu().upload_matrix(Weight{GgmlType::Q4_K, sh.n_in, 48, hw2.bytes.data(), hw2.row_bytes});
-    ASSERT_TRUE(wt.tiles && wt2.tiles);
-    constexpr int kMaxRows = 512;
-    const std::vector<float> x = make_activations(kMaxRows, sh.n_in, 9200 + uint64_t(sh.n_in));
-    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
-    gpu().upload(xd, x.data(), x.size() * sizeof(float));
-    const std::vector<float> poison(size_t(kMaxRows) * size_t(sh.n_out), kPoison);
-    float* yd = static_cast<float*>(gpu().alloc(poison.size() * sizeof(float)));
-    float* yd2 = static_cast<float*>(gpu().alloc(size_t(kMaxRows) * 48 * sizeof(float)));
-    auto get = [&](float* p, size_t n) {
-      std::vector<float> v(n);
-      gpu().download(v.data(), p, n * sizeof(float));
-      return v;
-    };
-    auto poisoned = [&](float* p, size_t n) {
-      gpu().upload(p, poison.data(), n * sizeof(float));
-      return p;
-    };
+    TiledCase tc(gpu(), GgmlType::Q4_K, sh.n_in, sh.n_out, 9100 + uint64_t(sh.n_in), 9300 + uint64_t(sh.n_in),
+                 9200 + uint64_t(sh.n_in));
+    ASSERT_TRUE(tc.wt.tiles && tc.wt2.tiles);
     for (int rows : {1, 2, 7, 8, 9, 16, 17, 32, 33, 100, 512}) {
-      const size_t n = size_t(rows) * size_t(sh.n_out), n2 = size_t(rows) * 48;
-      gpu().matmul(w, xd, rows, poisoned(yd, n));
-      const std::vector<float> want = get(yd, n);
-      gpu().matmul(wt, xd, rows, poisoned(yd, n));
-      const std::vector<float> got = get(yd, n);
-      EXPECT_TRUE(same_bits(got, want)) << sh.n_in << " x " << sh.n_out << ", rows " << rows;
-      EXPECT_TRUE(std::none_of(got.begin(), got.end(), [](float v) { return std::isnan(v); })) << "unwritten outputs";
-      if (rows == 1 || rows == 16 || rows == 100) {  // two tiled weights in one group
-        gpu().matmul(w2, xd, rows, poisoned(yd2, n2));
-        const std::vector<float> want2 = get(yd2, n2);
-        const Weight* ws[2] = {&wt, &wt2};
-        float* ys[2] = {poisoned(yd, n), poisoned(yd2, n2)};
-        gpu().matmul_shared_input(ws, ys, 2, xd, rows);
-        EXPECT_TRUE(same_bits(get(yd, n), want)) << "shared input, first, rows " << rows;
-        EXPECT_TRUE(same_bits(get(yd2, n2), want2)) << "shared input, second, rows " << rows;
-      }
-      if (rows == 100 || rows == 512) {  // every prefill block shape on the tiles
-        void* scratch = gpu().alloc(cuda::imma_scratch_bytes(w, rows));
-        gpu().synchronize();
-        cuda::imma_quantize(xd, sh.n_in, rows, scratch, nullptr);
-        for (cuda::ImmaGemmShape shape : {cuda::ImmaGemmShape::k128x64Warps4, cuda::ImmaGemmShape::k128x128Warps8,
-                                          cuda::ImmaGemmShape::k128x128Warps16}) {
-          gpu().upload(yd, poison.data(), n * sizeof(float));
-          gpu().synchronize();
-          cuda::imma_gemm_quantized(wt, yd, rows, scratch, nullptr, shape);
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "shape " << int(shape);
-          EXPECT_TRUE(same_bits(get(yd, n), want)) << "GEMM shape " << int(shape) << ", rows " << rows;
-        }
-        gpu().release(scratch);
-      }
+      const std::string where = shape_rows(sh.n_in, sh.n_out, rows);
+      const size_t n = size_t(rows) * size_t(sh.n_out);
+      gpu().matmul(tc.w, tc.xd, rows, tc.poisoned(tc.yd, n));
+      const std::vector<float> want = tc.get(tc.yd, n);
+      gpu().matmul(tc.wt, tc.xd, rows, tc.poisoned(tc.yd, n));
+      const std::vector<float> got = tc.get(tc.yd, n);
+      EXPECT_TRUE(same_bits(got, want)) << where;
+      EXPECT_FALSE(has_nan(got)) << where << ": unwritten outputs";
+      if (rows == 1 || rows == 16 || rows == 100) tc.expect_shared_input(tc.w2, rows, want, where);
+      if (rows == 100 || rows == 512) tc.expect_gemm_shapes(rows, want, where);
     }
-    int32_t* tok = static_cast<int32_t*>(gpu().alloc(sizeof(int32_t)));
-    const int32_t zero = 0;
-    gpu().upload(tok, &zero, sizeof(zero));
-    EXPECT_ANY_THROW(gpu().embed(wt, tok, 1, yd)) << "an embedding lookup read Q4_K tiles as rows";
-    gpu().release(tok);
-    gpu().release(yd2);
-    gpu().release(yd);
-    gpu().release(xd);
+    tc.expect_embed_refused();
   }
 }
-
 
 // Q6_K matrices stored as 16-row tiles (CudaBackend::upload_matrix, quant/q6k_tiles.h) give the
 // bits the GGUF rows give, through every kernel's tile variant: the decode kernel at each width
@@ -3322,70 +3364,35 @@ TEST_F(CudaOps, Q6kTiledWeightsEqualRows) {
   };
   for (const Shape sh : {Shape{5120, 300}, Shape{17408, 37}, Shape{1024, 17}, Shape{8704, 129}, Shape{1024, 4500},
                          Shape{8704, 4500}}) {
-    const HostWeight hw = make_weight(GgmlType::Q6_K, sh.n_in, sh.n_out, 9400 + uint64_t(sh.n_in + sh.n_out));
-    const HostWeight hw2 = make_weight(GgmlType::Q6_K, sh.n_in, 48, 9450 + uint64_t(sh.n_in));
-    const Weight w{GgmlType::Q6_K, sh.n_in, sh.n_out, gpu().weight_data(hw.bytes.data(), hw.bytes.size()), hw.row_bytes};
-    const Weight w2{GgmlType::Q6_K, sh.n_in, 48, gpu().weight_data(hw2.bytes.data(), hw2.bytes.size()), hw2.row_bytes};
-    const Weight wt = gpu().upload_matrix(Weight{GgmlType::Q6_K, sh.n_in, sh.n_out, hw.bytes.data(), hw.row_bytes});
-    const Weight wt2 = gpu().upload_matrix(Weight{GgmlType::Q6_K, sh.n_in, 48, hw2.bytes.data(), hw2.row_bytes});
-    ASSERT_TRUE(wt.tiles && wt2.tiles);
-    ASSERT_TRUE(cuda::imma_supports(wt) && cuda::imma_supports(w));
-    constexpr int kMaxRows = 512;
-    const std::vector<float> x = make_activations(kMaxRows, sh.n_in, 9500 + uint64_t(sh.n_in));
-    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
-    gpu().upload(xd, x.data(), x.size() * sizeof(float));
-    const std::vector<float> poison(size_t(kMaxRows) * size_t(sh.n_out), kPoison);
-    float* yd = static_cast<float*>(gpu().alloc(poison.size() * sizeof(float)));
-    float* yd2 = static_cast<float*>(gpu().alloc(size_t(kMaxRows) * 48 * sizeof(float)));
-    auto get = [&](float* p, size_t n) {
-      std::vector<float> v(n);
-      gpu().download(v.data(), p, n * sizeof(float));
-      return v;
-    };
-    auto poisoned = [&](float* p, size_t n) {
-      gpu().upload(p, poison.data(), n * sizeof(float));
-      return p;
-    };
+    TiledCase tc(gpu(), GgmlType::Q6_K, sh.n_in, sh.n_out, 9400 + uint64_t(sh.n_in + sh.n_out),
+                 9450 + uint64_t(sh.n_in), 9500 + uint64_t(sh.n_in));
+    ASSERT_TRUE(tc.wt.tiles && tc.wt2.tiles);
+    ASSERT_TRUE(cuda::imma_supports(tc.wt) && cuda::imma_supports(tc.w));
     for (int rows : {1, 2, 7, 8, 9, 16, 17, 24, 32, 33, 100, 512}) {
-      const std::string where = std::to_string(sh.n_in) + " x " + std::to_string(sh.n_out) + ", rows " + std::to_string(rows);
-      const size_t n = size_t(rows) * size_t(sh.n_out), n2 = size_t(rows) * 48;
-      gpu().matmul(w, xd, rows, poisoned(yd, n));
-      const std::vector<float> want = get(yd, n);
-      gpu().matmul(wt, xd, rows, poisoned(yd, n));
-      const std::vector<float> got = get(yd, n);
+      const std::string where = shape_rows(sh.n_in, sh.n_out, rows);
+      const size_t n = size_t(rows) * size_t(sh.n_out);
+      gpu().matmul(tc.w, tc.xd, rows, tc.poisoned(tc.yd, n));
+      const std::vector<float> want = tc.get(tc.yd, n);
+      gpu().matmul(tc.wt, tc.xd, rows, tc.poisoned(tc.yd, n));
+      const std::vector<float> got = tc.get(tc.yd, n);
       EXPECT_TRUE(same_bits(got, want)) << where;
-      EXPECT_TRUE(std::none_of(got.begin(), got.end(), [](float v) { return std::isnan(v); })) << where << ": unwritten outputs";
-      if (rows == 1 || rows == 9 || rows == 24 || rows == 100) {  // two tiled weights in one group
-        gpu().matmul(w2, xd, rows, poisoned(yd2, n2));
-        const std::vector<float> want2 = get(yd2, n2);
-        const Weight* ws[2] = {&wt, &wt2};
-        float* ys[2] = {poisoned(yd, n), poisoned(yd2, n2)};
-        gpu().matmul_shared_input(ws, ys, 2, xd, rows);
-        EXPECT_TRUE(same_bits(get(yd, n), want)) << "shared input, first, " << where;
-        EXPECT_TRUE(same_bits(get(yd2, n2), want2)) << "shared input, second, " << where;
-      }
+      EXPECT_FALSE(has_nan(got)) << where << ": unwritten outputs";
+      if (rows == 1 || rows == 9 || rows == 24 || rows == 100) tc.expect_shared_input(tc.w2, rows, want, where);
       if (rows == 100 || rows == 512) {  // the GEMM alone, on tiles and on rows
-        void* scratch = gpu().alloc(cuda::imma_scratch_bytes(w, rows));
+        void* scratch = gpu().alloc(cuda::imma_scratch_bytes(tc.w, rows));
         gpu().synchronize();
-        cuda::imma_quantize_q6k(xd, sh.n_in, rows, scratch, nullptr);
-        for (const Weight* wl : {&wt, &w}) {
-          gpu().upload(yd, poison.data(), n * sizeof(float));
+        cuda::imma_quantize_q6k(tc.xd, sh.n_in, rows, scratch, nullptr);
+        for (const Weight* wl : {&tc.wt, &tc.w}) {
+          gpu().upload(tc.yd, tc.poison.data(), n * sizeof(float));
           gpu().synchronize();
-          cuda::imma_gemm_quantized(*wl, yd, rows, scratch, nullptr);
+          cuda::imma_gemm_quantized(*wl, tc.yd, rows, scratch, nullptr);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << where;
-          EXPECT_TRUE(same_bits(get(yd, n), want)) << "GEMM alone on " << (wl->tiles ? "tiles, " : "rows, ") << where;
+          EXPECT_TRUE(same_bits(tc.get(tc.yd, n), want)) << "GEMM alone on " << (wl->tiles ? "tiles, " : "rows, ") << where;
         }
         gpu().release(scratch);
       }
     }
-    int32_t* tok = static_cast<int32_t*>(gpu().alloc(sizeof(int32_t)));
-    const int32_t zero = 0;
-    gpu().upload(tok, &zero, sizeof(zero));
-    EXPECT_ANY_THROW(gpu().embed(wt, tok, 1, yd)) << "an embedding lookup read Q6_K tiles as rows";
-    gpu().release(tok);
-    gpu().release(yd2);
-    gpu().release(yd);
-    gpu().release(xd);
+    tc.expect_embed_refused();
   }
   auto rows_be = make_cuda_backend(0, false, /*tiles=*/false);
   const HostWeight hw = make_weight(GgmlType::Q6_K, 1024, 32, 9560);
@@ -3407,66 +3414,20 @@ TEST_F(CudaOps, Q5kTiledWeightsAcrossKernels) {
     int64_t n_in, n_out;
   };
   for (const Shape sh : {Shape{5120, 300}, Shape{17408, 37}, Shape{256, 17}, Shape{8448, 129}}) {
-    const HostWeight hw = make_weight(GgmlType::Q5_K, sh.n_in, sh.n_out, 9500 + uint64_t(sh.n_in));
-    const HostWeight hw2 = make_weight(GgmlType::Q5_K, sh.n_in, 48, 9600 + uint64_t(sh.n_in));
-    const Weight wt = gpu().upload_matrix(Weight{GgmlType::Q5_K, sh.n_in, sh.n_out, hw.bytes.data(), hw.row_bytes});
-    const Weight wt2 = gpu().upload_matrix(Weight{GgmlType::Q5_K, sh.n_in, 48, hw2.bytes.data(), hw2.row_bytes});
-    ASSERT_TRUE(wt.tiles && wt2.tiles);
-    ASSERT_TRUE(cuda::imma_supports(wt));
-    constexpr int kMaxRows = 512;
-    const std::vector<float> x = make_activations(kMaxRows, sh.n_in, 9700 + uint64_t(sh.n_in));
-    float* xd = static_cast<float*>(gpu().alloc(x.size() * sizeof(float)));
-    gpu().upload(xd, x.data(), x.size() * sizeof(float));
-    const std::vector<float> poison(size_t(kMaxRows) * size_t(sh.n_out), kPoison);
-    float* yd = static_cast<float*>(gpu().alloc(poison.size() * sizeof(float)));
-    float* yd2 = static_cast<float*>(gpu().alloc(size_t(kMaxRows) * 48 * sizeof(float)));
-    auto get = [&](float* p, size_t n) {
-      std::vector<float> v(n);
-      gpu().download(v.data(), p, n * sizeof(float));
-      return v;
-    };
-    auto poisoned = [&](float* p, size_t n) {
-      gpu().upload(p, poison.data(), n * sizeof(float));
-      return p;
-    };
+    TiledCase tc(gpu(), GgmlType::Q5_K, sh.n_in, sh.n_out, 9500 + uint64_t(sh.n_in), 9600 + uint64_t(sh.n_in),
+                 9700 + uint64_t(sh.n_in));
+    ASSERT_TRUE(tc.wt.tiles && tc.wt2.tiles);
+    ASSERT_TRUE(cuda::imma_supports(tc.wt));
     for (int rows : {1, 2, 7, 8, 9, 16, 17, 24, 32, 33, 100, 512}) {
-      const size_t n = size_t(rows) * size_t(sh.n_out), n2 = size_t(rows) * 48;
-      gpu().matmul(wt, xd, rows, poisoned(yd, n));
-      const std::vector<float> want = get(yd, n);
-      EXPECT_TRUE(std::none_of(want.begin(), want.end(), [](float v) { return std::isnan(v); }))
-          << sh.n_in << " x " << sh.n_out << ", rows " << rows << ": unwritten outputs";
-      if (rows == 1 || rows == 9 || rows == 24 || rows == 100) {  // two tiled weights in one group
-        gpu().matmul(wt2, xd, rows, poisoned(yd2, n2));
-        const std::vector<float> want2 = get(yd2, n2);
-        const Weight* ws[2] = {&wt, &wt2};
-        float* ys[2] = {poisoned(yd, n), poisoned(yd2, n2)};
-        gpu().matmul_shared_input(ws, ys, 2, xd, rows);
-        EXPECT_TRUE(same_bits(get(yd, n), want)) << "shared input, first, rows " << rows;
-        EXPECT_TRUE(same_bits(get(yd2, n2), want2)) << "shared input, second, rows " << rows;
-      }
-      if (rows == 100 || rows == 512) {  // every prefill block shape on the tiles
-        void* scratch = gpu().alloc(cuda::imma_scratch_bytes(wt, rows));
-        gpu().synchronize();
-        cuda::imma_quantize(xd, sh.n_in, rows, scratch, nullptr);
-        for (cuda::ImmaGemmShape shape : {cuda::ImmaGemmShape::k128x64Warps4, cuda::ImmaGemmShape::k128x128Warps8,
-                                          cuda::ImmaGemmShape::k128x128Warps16}) {
-          gpu().upload(yd, poison.data(), n * sizeof(float));
-          gpu().synchronize();
-          cuda::imma_gemm_quantized(wt, yd, rows, scratch, nullptr, shape);
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "shape " << int(shape);
-          EXPECT_TRUE(same_bits(get(yd, n), want)) << "GEMM shape " << int(shape) << ", rows " << rows;
-        }
-        gpu().release(scratch);
-      }
+      const std::string where = shape_rows(sh.n_in, sh.n_out, rows);
+      const size_t n = size_t(rows) * size_t(sh.n_out);
+      gpu().matmul(tc.wt, tc.xd, rows, tc.poisoned(tc.yd, n));
+      const std::vector<float> want = tc.get(tc.yd, n);
+      EXPECT_FALSE(has_nan(want)) << where << ": unwritten outputs";
+      if (rows == 1 || rows == 9 || rows == 24 || rows == 100) tc.expect_shared_input(tc.wt2, rows, want, where);
+      if (rows == 100 || rows == 512) tc.expect_gemm_shapes(rows, want, where);
     }
-    int32_t* tok = static_cast<int32_t*>(gpu().alloc(sizeof(int32_t)));
-    const int32_t zero = 0;
-    gpu().upload(tok, &zero, sizeof(zero));
-    EXPECT_ANY_THROW(gpu().embed(wt, tok, 1, yd)) << "an embedding lookup read Q5_K tiles as rows";
-    gpu().release(tok);
-    gpu().release(yd2);
-    gpu().release(yd);
-    gpu().release(xd);
+    tc.expect_embed_refused();
   }
   auto rows_be = make_cuda_backend(0, false, /*tiles=*/false);
   const HostWeight hw = make_weight(GgmlType::Q5_K, 1024, 32, 9800);
