@@ -191,12 +191,7 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
 
     // isum = 16 * sum_j sc_j * dot_j, exact (as in the decode kernel).
     int isum[MT][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) isum[mt][nt][j] = 0;
+    zero_accumulators(isum);
     // The pair loop is not unrolled, and the scale word's choice below is a branch: each keeps
     // the compiler from hoisting more fragments than fit the registers (with either, it spills).
 #pragma unroll 1

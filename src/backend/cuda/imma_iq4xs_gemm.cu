@@ -105,12 +105,7 @@ __global__ void __launch_bounds__(WM* WN* kWarp, WM* WN >= 8 ? 1 : 8 / (WM * WN)
     auto header = [&](int mt, int h, int k) { return ws + (wm0 / 16 + mt) * kIq4xsTileBytes + kIq4xsTileHeaders + 16 * g + 8 * h + k; };
 
     int isum[MT][NT][4];  // sum_j (ls_j - 32) dot_j, exact
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) isum[mt][nt][j] = 0;
+    zero_accumulators(isum);
     // Not unrolled: it keeps the fragments of one pair within the registers.
 #pragma unroll 1
     for (int i = 0; i < 4; ++i) {  // sub-block pair i: sub-blocks 2i and 2i + 1

@@ -207,12 +207,7 @@ __global__ void __launch_bounds__(WM* WN* kWarp, kSmWarps / (WM * WN))
     auto realigned = [&](uint32_t v, uint32_t next) { return kRot == 0 ? v : __byte_perm(v, next, realign); };
 
     int isum[MT][NT][4];  // sum_j sc_j * dot_j, exact
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) isum[mt][nt][j] = 0;
+    zero_accumulators(isum);
 
     // Half hh: groups 8 hh .. 8 hh + 7, quarters t = 2 hh (low nibbles) and 2 hh + 1 (high), which
     // take the same ql and qh words. Not unrolled: it keeps the fragments within the registers.

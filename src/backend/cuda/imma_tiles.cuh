@@ -59,15 +59,15 @@ __device__ __forceinline__ void pipeline_advance(int sb, int n_sb, LoadW& load_w
   cp_async_commit();
 }
 
-// A thread's MT x NT mma accumulators (four floats each), zeroed.
-template <int MT, int NT>
-__device__ __forceinline__ void zero_accumulators(float (&run)[MT][NT][4]) {
+// A thread's MT x NT mma accumulators (four each: float sums or exact int ones), zeroed.
+template <class T, int MT, int NT>
+__device__ __forceinline__ void zero_accumulators(T (&run)[MT][NT][4]) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) run[mt][nt][j] = 0.0f;
+      for (int j = 0; j < 4; ++j) run[mt][nt][j] = T(0);
 }
 
 // The GEMMs' last step: a thread's outputs, in its mma accumulators' places (output
