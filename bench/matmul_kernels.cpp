@@ -252,6 +252,17 @@ int main(int argc, char** argv) {
                         df::cuda::imma_gemm_quantized(gemm_weight(w), y, rows, scratch, s, shape);
                       }};
       };
+      // A Q4_K prompt GEMM on dequantized tiles (deq_gemm.cu, deq_wgmma.cu): same inputs, same scratch.
+      using DeqGroup = void (*)(const Weight* const*, float* const*, int, const float*, int, void*, cudaStream_t);
+      auto deq = [&](const char* name, DeqGroup group) {
+        return Kernel{name, t == GgmlType::Q4_K && tiles_dev != nullptr, df::cuda::kImmaGemmMinRows + 1, max_rows,
+                      nullptr, [&, group](const Weight& w, int rows) {
+                        const Weight tw = tiles_of(w);
+                        const Weight* ws[1] = {&tw};
+                        float* ys[1] = {y};
+                        group(ws, ys, 1, x, rows, scratch, s);
+                      }};
+      };
       const Kernel kernels[] = {
           {"imma (int8 tensor cores)", df::cuda::imma_supports(w0), 1, max_rows, nullptr,
            [&](const Weight& w, int rows) {
@@ -277,24 +288,10 @@ int main(int argc, char** argv) {
           probe("probe: reads only, GGUF rows, 3 in flight", false, 3),
           probe("probe: reads only, tile-contiguous, 1 in flight", true, 1),
           probe("probe: reads only, tile-contiguous, 3 in flight", true, 3),
-          // The prompt GEMM on dequantized Q4_K tiles (f16 mma; its activation conversion included).
-          {"f16 GEMM on dequantized tiles (deq_gemm.cu)", t == GgmlType::Q4_K && tiles_dev != nullptr,
-           df::cuda::kImmaGemmMinRows + 1, max_rows, nullptr,
-           [&](const Weight& w, int rows) {
-             const Weight tw = tiles_of(w);
-             const Weight* ws[1] = {&tw};
-             float* ys[1] = {y};
-             df::cuda::deq_gemm_group(ws, ys, 1, x, rows, scratch, s);
-           }},
-          // The same product on Hopper's warpgroup mma (sm_90a), same scratch and conversion.
-          {"f16 wgmma GEMM on dequantized tiles (deq_wgmma.cu)", t == GgmlType::Q4_K && tiles_dev != nullptr,
-           df::cuda::kImmaGemmMinRows + 1, max_rows, nullptr,
-           [&](const Weight& w, int rows) {
-             const Weight tw = tiles_of(w);
-             const Weight* ws[1] = {&tw};
-             float* ys[1] = {y};
-             df::cuda::deq_wgmma_group(ws, ys, 1, x, rows, scratch, s);
-           }},
+          // The prompt GEMMs on dequantized Q4_K tiles (f16 mma.sync, and Hopper's warpgroup mma
+          // on sm_90a), their activation conversion included.
+          deq("f16 GEMM on dequantized tiles (deq_gemm.cu)", df::cuda::deq_gemm_group),
+          deq("f16 wgmma GEMM on dequantized tiles (deq_wgmma.cu)", df::cuda::deq_wgmma_group),
           {"mma (f16 tensor cores)", df::cuda::mma_supports(w0), 1, max_rows, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
           {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, kMvMaxRows, nullptr,
