@@ -1782,6 +1782,57 @@ TEST(CudaModelBatch, TwoSequencesInOneBatchMatchSeparateRuns) {
 }
 
 
+// Prompt rows of prefill-form segments (>= 32 rows, not speculative) go through the backend's
+// prompt products (on a Hopper GPU: f16 GEMMs for Q4_K tiles, other bits than decode rows), run
+// by run: a batch of a 40-token prompt, a 3-token one (ordinary products) and a 36-token one
+// gives each sequence exactly the logits it gets alone, and the f16 path was taken where it runs.
+// Against the CPU the prompt logits are checked by the model tests above (q4_k, 40 tokens).
+TEST(CudaModelBatch, PromptProductsRunBySegment) {
+  if (!have_gpu()) GTEST_SKIP() << kNoGpu;
+  test::TempDir dir;
+  MakeModelOptions mo;
+  mo.arch = "qwen35";
+  mo.type = "q4_k";
+  mo.seed = 9;
+  mo.output = dir.file("m.gguf");
+  mo.log = [](const std::string&) {};
+  make_model(mo);
+  auto file = gguf::File::open(mo.output);
+  CudaGraphBackend gpu(0);
+  TargetModel tm(*file, gpu, ModelOptions{});
+  std::vector<std::vector<int32_t>> prompts = {std::vector<int32_t>(40), {100, 90, 80}, std::vector<int32_t>(36)};
+  for (size_t p : {size_t(0), size_t(2)})
+    for (size_t i = 0; i < prompts[p].size(); ++i) prompts[p][i] = int32_t((i * 31 + 7 * p + 3) % 200);
+  auto alone = [&](const std::vector<int32_t>& t) {
+    auto st = tm.make_state(1, 64);
+    const int s = st->create();
+    Batch b;
+    ForwardOutput out;
+    for (size_t i = 0; i < t.size(); ++i) b.add(s, int(i), t[i], true);
+    tm.forward(b, *st, out);
+    return out.logits;
+  };
+  const int64_t f16_before = gpu.prompt_f16_products();
+  std::vector<std::vector<float>> each;
+  for (const auto& t : prompts) each.push_back(alone(t));
+  if (cuda::deq_wgmma_runs())
+    EXPECT_GT(gpu.prompt_f16_products(), f16_before) << "the 40- and 36-token prompts took the f16 products";
+  auto st = tm.make_state(3, 64);
+  Batch b;
+  for (const auto& t : prompts) {
+    const int s = st->create();
+    for (size_t i = 0; i < t.size(); ++i) b.add(s, int(i), t[i], true);
+  }
+  ForwardOutput out;
+  tm.forward(b, *st, out);
+  size_t at = 0;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const std::vector<float> got(out.logits.begin() + ptrdiff_t(at), out.logits.begin() + ptrdiff_t(at + each[p].size()));
+    Check("model prompt products by segment, sequence " + std::to_string(p)).exact(got, each[p]);
+    at += each[p].size();
+  }
+}
+
 // DFlash speculation on CUDA: greedy output token-identical to plain CUDA decoding with a random
 // drafter (mostly rejections: rollback every step) and with drafts scripted from the plain
 // continuation (long acceptances), block 8; the per-row checkpoints and commit copies run on the

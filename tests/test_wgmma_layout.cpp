@@ -1,7 +1,7 @@
-// The shared-memory layout of deq_wgmma.cu's operands (backend/cuda/wgmma_layout.h) against the
-// PTX ISA's rules, computed here independently, on a CPU (no CUDA runtime): where the kernel's
-// stores and copies put element (row, k), and where the tensor core reads it back through the
-// descriptors the kernel builds.
+// The operand layouts of deq_wgmma.cu (backend/cuda/wgmma_layout.h) against the PTX ISA's rules,
+// computed here independently, on a CPU (no CUDA runtime): where the kernel's copies put element
+// (row, k), and where the tensor core reads it back through the descriptors the kernel builds;
+// the order of k that lets the register A fragments come straight from the tile layout.
 //
 // The hardware side, from the ISA ("Matrix Descriptor Format", "Shared Memory Matrix Layout"):
 // a descriptor's fields are start address, leading and stride byte offsets (each >> 4, 14
@@ -43,12 +43,12 @@ uint32_t hw_address(const Desc& d, uint32_t m, uint32_t j) {
   return linear ^ (((linear >> 7) & 7) << 4);
 }
 
-// Where deq_wgmma.cu stores element (row, k) of a tile starting at `tile` (1024-byte aligned)
-// equals where a wgmma of k16 step k / 16 reads it, for a 64-row A (at each of the two
-// consumers' offsets) and a 256-row B operand, at tile addresses across the 227 KiB window.
+// Where deq_wgmma.cu copies element (row, k) of a tile starting at `tile` (1024-byte aligned)
+// equals where a wgmma of k16 step k / 16 reads it, for 64-, 128- and 256-row operands (its B
+// has 128), at tile addresses across the 227 KiB window.
 TEST(WgmmaLayout, StoresMatchTheDescriptorReads) {
   for (uint32_t tile : {0u, 1024u, 8192u, 32768u, 194560u, 210944u, 231424u - 32768u}) {
-    for (uint32_t rows : {64u, 256u}) {
+    for (uint32_t rows : {64u, 128u, 256u}) {
       for (uint32_t kk = 0; kk < 4; ++kk) {
         const Desc d = decode(sw128_desc(tile + 32 * kk));
         EXPECT_EQ(d.start, tile + 32 * kk);
@@ -79,21 +79,35 @@ TEST(WgmmaLayout, DenseAndSixteenByteChunks) {
   EXPECT_EQ(seen.size(), size_t(rows) * 64);
 }
 
-// The producer's 16-byte stores of dequantized weights: a warp's lanes l = 4 g + c write rows
-// g (+ 8) of a tile, chunk c (low nibbles) or 4 + c (high nibbles). Each such instruction should
-// take the minimum 4 shared-memory wavefronts (each 32-bank set of 128 bytes hit once per
-// wavefront): every 4-bank group is hit by exactly 4 lanes.
-TEST(WgmmaLayout, DequantStoresFreeOfBankConflicts) {
-  for (uint32_t t = 0; t < 8; ++t)
-    for (uint32_t hr = 0; hr < 2; ++hr)
-      for (uint32_t high = 0; high < 2; ++high) {
-        std::vector<int> per_group(8, 0);
-        for (uint32_t l = 0; l < 32; ++l) {
-          const uint32_t row = 16 * t + l / 4 + 8 * hr, k = 32 * high + 8 * (l % 4);
-          ++per_group[(sw128_offset(row, k) / 16) % 8];
+// The A fragments come from registers: lane 4 g + c of a warp dequantizes its Q4_K tile lane's
+// 16 quant bytes of a slice (quant/q4k_tiles.h: rows g and g + 8, bytes 8c .. 8c + 7 of the
+// slice's 32-byte group, whose low nibbles are elements 8c + b and high nibbles 32 + 8c + b) and
+// gives k16 step s the bytes 4 (s % 2) + 2h + p (low nibbles for s < 2), register 2h + row as half
+// p. The PTX ISA puts register 2h + row, half p of a k16 step at k = 2c + 8h + p. So the
+// activations must hold natural element e at fragment_k_position(e) = 16 s + 2c + 8h + p, a
+// permutation of each 64-element slice.
+TEST(WgmmaLayout, FragmentOrderMatchesTheTileLanes) {
+  std::set<uint32_t> positions;
+  for (uint32_t c = 0; c < 4; ++c)
+    for (uint32_t s = 0; s < 4; ++s)
+      for (uint32_t h = 0; h < 2; ++h)
+        for (uint32_t p = 0; p < 2; ++p) {
+          const uint32_t byte = 4 * (s % 2) + 2 * h + p;  // of the lane's 8 bytes of a row
+          const uint32_t e = 32 * (s / 2) + 8 * c + byte;
+          const uint32_t k = 16 * s + 2 * c + 8 * h + p;
+          EXPECT_EQ(cuda::wgmma::fragment_k_position(e), k) << "c " << c << " s " << s << " h " << h << " p " << p;
+          positions.insert(cuda::wgmma::fragment_k_position(e));
         }
-        for (int n : per_group) EXPECT_EQ(n, 4) << "tile " << t << " rows +" << 8 * hr << " high " << high;
-      }
+  EXPECT_EQ(positions.size(), 64u);
+  EXPECT_EQ(*positions.rbegin(), 63u);
+  // to_half_rows' stores: elements 4i, 4i + 1 at an even position, 4i + 2, 4i + 3 eight further.
+  for (uint32_t e = 0; e < 64; e += 4) {
+    const uint32_t at = cuda::wgmma::fragment_k_position(e);
+    EXPECT_EQ(at % 2, 0u);
+    EXPECT_EQ(cuda::wgmma::fragment_k_position(e + 1), at + 1);
+    EXPECT_EQ(cuda::wgmma::fragment_k_position(e + 2), at + 8);
+    EXPECT_EQ(cuda::wgmma::fragment_k_position(e + 3), at + 9);
+  }
 }
 
 }  // namespace

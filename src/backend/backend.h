@@ -107,6 +107,15 @@ class Backend {
   virtual void matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) {
     for (int i = 0; i < n; ++i) matmul(*ws[i], x, rows, ys[i]);
   }
+  // The same products for rows that are all prompt tokens of prefill-form segments (the model
+  // decides: TargetModel's forward). A backend may use a kernel that is faster for many rows but
+  // gives these rows other bits than matmul (CUDA: an f16 tensor-core GEMM on dequantized
+  // weights); it must still compute each row independently of the others in the call. Decode
+  // and verify rows never come here, so they keep matmul's bits and speculation stays exact.
+  virtual void prompt_matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x,
+                                          int rows) {
+    matmul_shared_input(ws, ys, n, x, rows);
+  }
   // RMSNorm of n vectors of length dim: out = x * rsqrt(mean(x^2) + eps) * w. Vector i starts at
   // x + i * x_stride (and out + i * out_stride); out may equal x.
   virtual void rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, float eps,

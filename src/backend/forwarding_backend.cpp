@@ -49,6 +49,11 @@ void ForwardingBackend::matmul_shared_input(const Weight* const* ws, float* cons
                                             int rows) {
   forward({BackendOp::kMatmulSharedInput, nullptr, rows}, [&] { inner_.matmul_shared_input(ws, ys, n, x, rows); });
 }
+void ForwardingBackend::prompt_matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x,
+                                                   int rows) {
+  forward({BackendOp::kPromptMatmulSharedInput, nullptr, rows},
+          [&] { inner_.prompt_matmul_shared_input(ws, ys, n, x, rows); });
+}
 void ForwardingBackend::embed(const Weight& table, const int32_t* tokens, int rows, float* out) {
   forward({BackendOp::kEmbed, &table, rows}, [&] { inner_.embed(table, tokens, rows, out); });
 }

@@ -12,7 +12,8 @@ enum class BackendOp : int {
   kAlloc, kRelease, kUpload, kDownload, kCopy, kCopy2d, kSynchronize, kWeightData, kEmbed, kRmsNorm, kAdd,
   kSwiglu, kMulSigmoid, kRope, kKvStore, kAttention, kConv1d, kL2Norm, kGdnGates, kGdnDeltaRule,
   kGatedRmsNorm, kArgmax, kAddRmsNorm, kQkNormRope, kGdnConvNormGates, kTopK, kCopy2dIndexed, kArgmaxTo,
-  kMatmul, kMatmulSharedInput,
+  kMatmul, kMatmulSharedInput, kPromptMatmulSharedInput,
+  kPromptMatmul,  // ProfilingBackend's own: one weight of a prompt product
 };
 
 // One forwarded op: which, and for matmul and embed the weight (the table) and the rows.
@@ -55,6 +56,7 @@ class ForwardingBackend : public Backend {
   Weight upload_matrix(const Weight& host) override;
   void matmul(const Weight& w, const float* x, int rows, float* y) override;
   void matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override;
+  void prompt_matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override;
   void embed(const Weight& table, const int32_t* tokens, int rows, float* out) override;
   void rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, float eps, float* out,
                 size_t out_stride) override;

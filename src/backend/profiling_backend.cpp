@@ -33,7 +33,7 @@ constexpr FixedName kFixed[] = {
 
 // Row-count class x weight-size class: small matrices pay fixed launch costs, big ones show
 // the bandwidth.
-const char* kRowClassNames[] = {"r1", "r2-16", "r>16"};
+const char* kRowClassNames[] = {"r1", "r2-16", "r>16", "prompt"};
 const char* kSizeClassNames[] = {"w<4MiB", "w<64MiB", "w>=64MiB"};
 
 }  // namespace
@@ -45,9 +45,9 @@ ProfilingBackend::ProfilingBackend(std::unique_ptr<Backend> inner)
 
 ProfilingBackend::~ProfilingBackend() = default;
 
-int ProfilingBackend::matmul_op(const Weight& w, int rows) {
+int ProfilingBackend::matmul_op(const Weight& w, int rows, bool prompt) {
   const int id = std::clamp(int(w.type), 0, kTypeIds - 1);
-  const int row_class = rows <= 1 ? 0 : rows <= 16 ? 1 : 2;
+  const int row_class = prompt ? 3 : rows <= 1 ? 0 : rows <= 16 ? 1 : 2;
   const double bytes = double(w.n_out) * double(w.row_bytes);
   const int size_class = bytes < 4.0 * (1 << 20) ? 0 : bytes < 64.0 * (1 << 20) ? 1 : 2;
   return kFixedOps + id * kBuckets + row_class * 3 + size_class;
@@ -59,8 +59,9 @@ void ProfilingBackend::around(const OpCall& call, OpBody f) {
     return;
   }
   // matmul_shared_input never comes here while counting: it runs as its matmuls.
-  const int op = call.op == BackendOp::kMatmul ? matmul_op(*call.weight, call.rows) : int(call.op);
-  const double bytes = call.op == BackendOp::kMatmul ? double(call.weight->n_out) * double(call.weight->row_bytes)
+  const bool product = call.op == BackendOp::kMatmul || call.op == BackendOp::kPromptMatmul;
+  const int op = product ? matmul_op(*call.weight, call.rows, call.op == BackendOp::kPromptMatmul) : int(call.op);
+  const double bytes = product ? double(call.weight->n_out) * double(call.weight->row_bytes)
                        : call.op == BackendOp::kEmbed ? double(call.rows) * double(call.weight->row_bytes)
                                                        : 0;
   Slot& s = slots_[size_t(op)];
@@ -146,6 +147,15 @@ void ProfilingBackend::matmul_shared_input(const Weight* const* ws, float* const
                                            int rows) {
   if (mode_ == Mode::kOff) return inner().matmul_shared_input(ws, ys, n, x, rows);
   Backend::matmul_shared_input(ws, ys, n, x, rows);
+}
+
+void ProfilingBackend::prompt_matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x,
+                                                  int rows) {
+  if (mode_ == Mode::kOff) return inner().prompt_matmul_shared_input(ws, ys, n, x, rows);
+  for (int i = 0; i < n; ++i) {
+    auto body = [&] { inner().prompt_matmul_shared_input(ws + i, ys + i, 1, x, rows); };
+    around({BackendOp::kPromptMatmul, ws[i], rows}, OpBody(body));
+  }
 }
 
 void ProfilingBackend::begin_step() {

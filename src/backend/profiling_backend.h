@@ -61,6 +61,8 @@ class ProfilingBackend final : public ForwardingBackend {
   // weight, so each keeps its own line (the profile then shows the unfused cost). The other
   // fused ops run fused in every mode, each counted and timed as one op of its own.
   void matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override;
+  // Likewise, one prompt product per weight (its own "prompt" rows class in the table).
+  void prompt_matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override;
   // Steps reach the inner backend (CUDA graphs) unless timing is on: per-op times need each op
   // launched on its own, between its two events.
   void begin_step() override;
@@ -71,9 +73,9 @@ class ProfilingBackend final : public ForwardingBackend {
   // id x rows bucket).
   static constexpr int kFixedOps = int(BackendOp::kMatmul);
   static constexpr int kTypeIds = 40;  // ggml type ids are < 40
-  static constexpr int kBuckets = 9;   // rows 1, 2..16, > 16 x weight size < 4 MiB, < 64 MiB, larger
+  static constexpr int kBuckets = 12;  // rows 1, 2..16, > 16, prompt x weight size < 4 MiB, < 64 MiB, larger
   static constexpr int kOps = kFixedOps + kTypeIds * kBuckets;
-  static int matmul_op(const Weight& w, int rows);
+  static int matmul_op(const Weight& w, int rows, bool prompt);
 
   struct Slot {
     int64_t calls = 0;

@@ -30,8 +30,17 @@ struct TargetModel::Scratch : BackendBuffers {
   struct Segment {
     int seq, begin, n;
     bool speculative;
+    // Prompt rows in the prefill form: the chunked DeltaNet and the backend's prompt products
+    // (which may give them other bits than decode rows; speculation never sees these rows).
+    bool prefill() const { return !speculative && n >= kChunkedMinRows; }
   };
   std::vector<Segment> segs;
+  // Consecutive segments of one product kind (products()).
+  struct RowRun {
+    int begin, n;
+    bool prompt;
+  };
+  std::vector<RowRun> runs;
 };
 
 TargetModel::TargetModel(const gguf::File& file, Backend& be, const ModelOptions& opt)
@@ -131,6 +140,11 @@ void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& 
     }
     s.segs.back().n++;
   }
+  s.runs.clear();
+  for (const auto& sg : s.segs) {
+    if (!s.runs.empty() && s.runs.back().prompt == sg.prefill()) s.runs.back().n += sg.n;
+    else s.runs.push_back({sg.begin, sg.n, sg.prefill()});
+  }
   for (const auto& sg : s.segs) {
     Sequence& q = st.get(sg.seq);
     const int p0 = batch.rows[size_t(sg.begin)].pos;
@@ -226,7 +240,7 @@ void TargetModel::attention_layer(const LayerWeights& L, const Batch& batch, Seq
   const size_t q_row_stride = q_head_stride * H;
   const Weight* qkv_w[] = {&L.wq, &L.wk, &L.wv};
   float* qkv_y[] = {s.qg, s.k, s.v};
-  be_.matmul_shared_input(qkv_w, qkv_y, 3, s.u, R);
+  products(qkv_w, qkv_y, 3, s.u);
   be_.qk_norm_rope(s.qg, q_head_stride, H, L.q_norm, s.k, Hkv, L.k_norm, R, D, hp_.rms_eps, s.pos, hp_.n_rot,
                    hp_.rope_theta);
   const KvLayerView kv = st.kv()->layer(L.attn_index);
@@ -239,7 +253,8 @@ void TargetModel::attention_layer(const LayerWeights& L, const Batch& batch, Seq
                   1.0f / std::sqrt(float(D)), s.attn + sg.begin * hd);
   }
   if (gated) be_.mul_sigmoid(s.attn, size_t(D), s.qg + D, q_head_stride, R, H, D);
-  be_.matmul(L.wo, s.attn, R, s.tmp);
+  const Weight* wo = &L.wo;
+  products(&wo, &s.tmp, 1, s.attn);
 }
 
 void TargetModel::deltanet_layer(const LayerWeights& L, const Batch& batch, SequenceStore& st) {
@@ -249,7 +264,7 @@ void TargetModel::deltanet_layer(const LayerWeights& L, const Batch& batch, Sequ
   const size_t CD = size_t(g.conv_dim()), VD = size_t(g.n_v) * g.d_v;
   const Weight* in_w[] = {&L.wqkv, &L.wz, &L.wbeta, &L.walpha};
   float* in_y[] = {s.qkv, s.z, s.beta, s.alpha};
-  be_.matmul_shared_input(in_w, in_y, 4, s.u, R);
+  products(in_w, in_y, 4, s.u);
   RecurrentPool& rec = *st.recurrent();
   const int hist = hp_.ssm_conv_kernel - 1;
   for (const auto& sg : s.segs) {
@@ -269,10 +284,11 @@ void TargetModel::deltanet_layer(const LayerWeights& L, const Batch& batch, Sequ
     float* row_states = sg.speculative ? rec.row_states(slot, L.gdn_index) : nullptr;
     be_.gdn_delta_rule(g, s.conv + sg.begin * CD, CD, s.alpha + sg.begin * g.n_v, s.beta + sg.begin * g.n_v, sg.n,
                        rec.state(slot, L.gdn_index), s.gdn + sg.begin * VD,
-                       !sg.speculative && sg.n >= kChunkedMinRows, row_states);
+                       sg.prefill(), row_states);
   }
   be_.gated_rms_norm(s.gdn, s.z, L.ssm_norm, R, g.n_v, g.d_v, hp_.rms_eps);
-  be_.matmul(L.ssm_out, s.gdn, R, s.tmp);
+  const Weight* out_w = &L.ssm_out;
+  products(&out_w, &s.tmp, 1, s.gdn);
 }
 
 // Speculative segments keep [window before ; segment inputs] per DeltaNet layer so commit can
@@ -293,9 +309,23 @@ void TargetModel::ffn(const LayerWeights& L, int rows) {
   Scratch& s = *s_;
   const Weight* gate_up_w[] = {&L.ffn_gate, &L.ffn_up};
   float* gate_up_y[] = {s.gate, s.up};
-  be_.matmul_shared_input(gate_up_w, gate_up_y, 2, s.u, rows);
+  products(gate_up_w, gate_up_y, 2, s.u);
   be_.swiglu(s.gate, s.up, rows, hp_.n_ff, s.gate);
-  be_.matmul(L.ffn_down, s.gate, rows, s.tmp);
+  const Weight* down = &L.ffn_down;
+  products(&down, &s.tmp, 1, s.gate);
+}
+
+void TargetModel::products(const Weight* const* ws, float* const* ys, int n, const float* x) {
+  const std::vector<Scratch::RowRun>& runs = s_->runs;
+  constexpr int kMax = 4;  // the most products that share an input above
+  if (n > kMax) fail("products: {} weights share one input (at most {})", n, kMax);
+  for (const Scratch::RowRun& run : runs) {
+    float* y[kMax];
+    for (int i = 0; i < n; ++i) y[i] = ys[i] + size_t(run.begin) * size_t(ws[i]->n_out);
+    const float* xr = x + size_t(run.begin) * size_t(ws[0]->n_in);
+    if (run.prompt) be_.prompt_matmul_shared_input(ws, y, n, xr, run.n);
+    else be_.matmul_shared_input(ws, y, n, xr, run.n);
+  }
 }
 
 void TargetModel::commit(SequenceStore& st, int seq, int n_keep) {

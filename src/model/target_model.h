@@ -88,6 +88,10 @@ class TargetModel {
   void deltanet_layer(const LayerWeights& L, const Batch& b, SequenceStore& st);
   void checkpoint_conv_windows(SequenceStore& st);
   void ffn(const LayerWeights& L, int rows);
+  // ys[i] = x ws[i]^T over the batch's rows, run by run (Scratch::runs): prompt rows of
+  // prefill-form segments through Backend::prompt_matmul_shared_input, the others through
+  // matmul_shared_input.
+  void products(const Weight* const* ws, float* const* ys, int n, const float* x);
   void capture_features(int layer, int rows);
 
   HParams hp_;

@@ -33,9 +33,10 @@ cudaStream_t as_stream(CUstream_st* s) { return s; }
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device, bool fuse_quantize, bool tiles)
+CudaBackend::CudaBackend(int device, bool fuse_quantize, bool tiles, bool prompt_f16)
     : device_(device), fuse_quantize_(fuse_quantize), tiles_(tiles) {
   check(cudaSetDevice(device), "cudaSetDevice");
+  prompt_f16_ = prompt_f16 && tiles && cuda::deq_wgmma_runs();
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = s;
@@ -331,6 +332,38 @@ void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys,
     cuda::imma_matmul_group(grp, grp_y, m, x, rows, mma_scratch_, as_stream(stream_),
                             fused_q8k_for_type(fused, x, rows, lead));
     check_launch("matmul");
+  }
+}
+
+// Q4_K tile weights of one n_in as one f16 GEMM group (deq_wgmma.cu: measured 1.5-1.8x the
+// integer GEMM, docs/performance.md session 12); the rest as matmul_shared_input computes them.
+void CudaBackend::prompt_matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x,
+                                             int rows) {
+  if (!prompt_f16_ || rows <= 0) return matmul_shared_input(ws, ys, n, x, rows);
+  constexpr int kMaxGroup = 8;
+  for (int i0 = 0; i0 < n; i0 += kMaxGroup) {
+    const int m = std::min(kMaxGroup, n - i0);
+    const Weight* f16_w[kMaxGroup];
+    const Weight* rest_w[kMaxGroup];
+    float* f16_y[kMaxGroup];
+    float* rest_y[kMaxGroup];
+    int n_f16 = 0, n_rest = 0;
+    for (int i = i0; i < i0 + m; ++i) {
+      if (ws[i]->n_out > 0 && cuda::deq_gemm_supports(*ws[i]) && (n_f16 == 0 || ws[i]->n_in == f16_w[0]->n_in)) {
+        f16_w[n_f16] = ws[i];
+        f16_y[n_f16++] = ys[i];
+      } else {
+        rest_w[n_rest] = ws[i];
+        rest_y[n_rest++] = ys[i];
+      }
+    }
+    if (n_rest > 0) matmul_shared_input(rest_w, rest_y, n_rest, x, rows);  // (takes any fused activations)
+    if (n_f16 == 0) continue;
+    enter();
+    ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::deq_gemm_scratch_bytes(f16_w[0]->n_in, rows), "matmul");
+    cuda::deq_wgmma_group(f16_w, f16_y, n_f16, x, rows, mma_scratch_, as_stream(stream_));
+    check_launch("matmul (prompt, f16)");
+    prompt_f16_products_ += n_f16;
   }
 }
 

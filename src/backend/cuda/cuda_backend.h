@@ -24,7 +24,10 @@ class CudaBackend : public Backend {
   // IQ4_XS and Q8_0 matrices as tiles (quant/q5k_tiles.h, iq4xs_tiles.h, q80_tiles.h; Q8_0 of
   // whole 256-element super-blocks), the only layouts in which the integer kernels take them:
   // false leaves them in GGUF rows on the f16 tensor-core kernel (other bits).
-  explicit CudaBackend(int device, bool fuse_quantize = true, bool tiles = true);
+  // prompt_f16: prompt products (prompt_matmul_shared_input) of Q4_K tile weights run as f16
+  // tensor-core GEMMs on dequantized weights (deq_wgmma.cu, Hopper only: elsewhere, or false,
+  // they are matmul's integer products).
+  explicit CudaBackend(int device, bool fuse_quantize = true, bool tiles = true, bool prompt_f16 = true);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -48,6 +51,7 @@ class CudaBackend : public Backend {
 
   void matmul(const Weight& w, const float* x, int rows, float* y) override;
   void matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override;
+  void prompt_matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override;
   void embed(const Weight& table, const int32_t* tokens, int rows, float* out) override;
   void rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, float eps, float* out,
                 size_t out_stride) override;
@@ -82,6 +86,8 @@ class CudaBackend : public Backend {
 
   // Products that took their Q8_K activations from the op before them (tests check it).
   int64_t fused_q8k_uses() const { return fused_q8k_uses_; }
+  // Prompt products that ran as f16 GEMMs (prompt_f16; tests check the model takes them).
+  int64_t prompt_f16_products() const { return prompt_f16_products_; }
 
   // The stream every op is queued on (for the profiler's event clock, cuda_op_clock.cpp).
   CUstream_st* stream() const { return stream_; }
@@ -164,6 +170,8 @@ class CudaBackend : public Backend {
   std::vector<uint32_t> top_k_host_;  // the downloaded results before the split (grow-only)
   bool fuse_quantize_ = true;
   bool tiles_ = true;
+  bool prompt_f16_ = false;  // the option, where deq_wgmma runs
+  int64_t prompt_f16_products_ = 0;
   FusedQ8k fused_;                   // what fused_q8k_ holds, if the last op wrote it
   void* fused_q8k_ = nullptr;        // cuda::q8k_fused_bytes (grow-only)
   size_t fused_q8k_cap_ = 0;          // in bytes

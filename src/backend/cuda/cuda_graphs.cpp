@@ -48,7 +48,7 @@ int padded_blocks(int n) {
 enum class CudaGraphBackend::Op : uint8_t {
   kUpload, kTable, kCopy, kCopy2d, kMatmul, kEmbed, kRmsNorm, kAdd, kSwiglu, kMulSigmoid, kRope, kKvStore,
   kAttention, kConv1d, kL2Norm, kGdnGates, kDeltaRule, kGatedRmsNorm, kArgmax, kMatmulShared,
-  kAddRmsNorm, kQkNormRope, kGdnConvNormGates, kTopK, kCopy2dIndexed, kArgmaxTo,
+  kAddRmsNorm, kQkNormRope, kGdnConvNormGates, kTopK, kCopy2dIndexed, kArgmaxTo, kPromptMatmulShared,
 };
 
 // Arguments go on the tape field by field: the bytes must be a function of the values alone
@@ -130,8 +130,8 @@ void CudaGraphBackend::replay(Reader& r, void (C::*fn)(A...)) {
   std::apply([&](auto&... a) { (this->*fn)(a...); }, args);
 }
 
-CudaGraphBackend::CudaGraphBackend(int device, bool fuse_quantize, bool tiles)
-    : CudaBackend(device, fuse_quantize, tiles) {}
+CudaGraphBackend::CudaGraphBackend(int device, bool fuse_quantize, bool tiles, bool prompt_f16)
+    : CudaBackend(device, fuse_quantize, tiles, prompt_f16) {}
 
 CudaGraphBackend::~CudaGraphBackend() {
   // No throwing: as ~CudaBackend, errors at teardown are ignored.
@@ -286,7 +286,8 @@ void CudaGraphBackend::run_tape(const std::vector<unsigned char>& tape) {
       case Op::kArgmax: replay(r, &CudaGraphBackend::argmax_at); break;
       case Op::kArgmaxTo: replay(r, &CudaBackend::argmax_rows_to); break;
       case Op::kTopK: replay(r, &CudaGraphBackend::top_k_at); break;
-      case Op::kMatmulShared: replay_matmul_shared(r); break;
+      case Op::kMatmulShared: replay_matmul_shared(r, false); break;
+      case Op::kPromptMatmulShared: replay_matmul_shared(r, true); break;
       default: fail("CUDA graph tape: unknown op");
     }
   }
@@ -452,18 +453,28 @@ void CudaGraphBackend::matmul(const Weight& w, const float* x, int rows, float* 
 // weight and its output, then the input and rows.
 void CudaGraphBackend::matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) {
   if (!recording()) return CudaBackend::matmul_shared_input(ws, ys, n, x, rows);
-  if (n > kMaxSharedInput) {  // longer lists than the replay's arrays: one product at a time
-    for (int i = 0; i < n; ++i) matmul(*ws[i], x, rows, ys[i]);
-    return;
-  }
-  tape_.put(Op::kMatmulShared);
-  tape_.put(n);
-  for (int i = 0; i < n; ++i) tape_.put(*ws[i]), tape_.put(ys[i]);
-  tape_.put(x);
-  tape_.put(rows);
+  record_matmul_shared(Op::kMatmulShared, ws, ys, n, x, rows);
 }
 
-void CudaGraphBackend::replay_matmul_shared(Reader& r) {
+void CudaGraphBackend::prompt_matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x,
+                                                  int rows) {
+  if (!recording()) return CudaBackend::prompt_matmul_shared_input(ws, ys, n, x, rows);
+  record_matmul_shared(Op::kPromptMatmulShared, ws, ys, n, x, rows);
+}
+
+void CudaGraphBackend::record_matmul_shared(Op op, const Weight* const* ws, float* const* ys, int n, const float* x,
+                                            int rows) {
+  for (int i0 = 0; i0 < n; i0 += kMaxSharedInput) {  // longer lists than the replay's arrays: in parts
+    const int m = std::min(kMaxSharedInput, n - i0);
+    tape_.put(op);
+    tape_.put(m);
+    for (int i = i0; i < i0 + m; ++i) tape_.put(*ws[i]), tape_.put(ys[i]);
+    tape_.put(x);
+    tape_.put(rows);
+  }
+}
+
+void CudaGraphBackend::replay_matmul_shared(Reader& r, bool prompt) {
   const int n = r.get<int>();
   if (n < 0 || n > kMaxSharedInput) fail("CUDA graph tape: bad shared-input product");
   Weight w[kMaxSharedInput];
@@ -476,7 +487,11 @@ void CudaGraphBackend::replay_matmul_shared(Reader& r) {
   }
   const auto* x = r.get<const float*>();
   const int rows = r.get<int>();
-  CudaBackend::matmul_shared_input(wp, y, n, x, rows);
+  if (prompt) {
+    CudaBackend::prompt_matmul_shared_input(wp, y, n, x, rows);
+  } else {
+    CudaBackend::matmul_shared_input(wp, y, n, x, rows);
+  }
 }
 
 void CudaGraphBackend::embed(const Weight& table, const int32_t* tokens, int rows, float* out) {

@@ -40,8 +40,8 @@ using CudaGraphStats = Backend::StepReplayCounts;
 
 class CudaGraphBackend final : public CudaBackend {
  public:
-  // fuse_quantize, tiles: as CudaBackend
-  explicit CudaGraphBackend(int device, bool fuse_quantize = true, bool tiles = true);
+  // fuse_quantize, tiles, prompt_f16: as CudaBackend
+  explicit CudaGraphBackend(int device, bool fuse_quantize = true, bool tiles = true, bool prompt_f16 = true);
   ~CudaGraphBackend() override;
 
   void begin_step() override;
@@ -64,6 +64,7 @@ class CudaGraphBackend final : public CudaBackend {
 
   void matmul(const Weight& w, const float* x, int rows, float* y) override;
   void matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override;
+  void prompt_matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override;
   void embed(const Weight& table, const int32_t* tokens, int rows, float* out) override;
   void rms_norm(const float* x, size_t x_stride, const float* w, int n, int dim, float eps, float* out,
                 size_t out_stride) override;
@@ -138,7 +139,8 @@ class CudaGraphBackend final : public CudaBackend {
   void argmax_at(const float* x, int rows, int n, size_t stride);
   void top_k_at(const float* x, int rows, int n, size_t stride, int k);
   static constexpr int kMaxSharedInput = 8;  // weights in one recorded shared-input product
-  void replay_matmul_shared(Reader& r);
+  void record_matmul_shared(Op op, const Weight* const* ws, float* const* ys, int n, const float* x, int rows);
+  void replay_matmul_shared(Reader& r, bool prompt);
   size_t stage(const void* src, size_t bytes);  // copies into staging_, returns the offset
   // Stages seq's table (once per step), padded with -1; returns where it goes on the device
   // (device_index, -1 for an empty table) and its padded length (n).

@@ -220,7 +220,7 @@ size_t deq_gemm_scratch_bytes(int64_t n_in, int rows) {
 }
 
 HalfOperands half_operands(const Weight* const* ws, int n, const float* x, int rows, void* scratch, cudaStream_t s,
-                           const char* what) {
+                           const char* what, bool fragment_order) {
   const int64_t n_in = ws[0]->n_in;
   for (int i = 0; i < n; ++i)
     if (!deq_gemm_supports(*ws[i]) || ws[i]->n_in != n_in)
@@ -229,7 +229,7 @@ HalfOperands half_operands(const Weight* const* ws, int n, const float* x, int r
   auto* xh = static_cast<__half*>(scratch);
   auto* shift = reinterpret_cast<int*>(static_cast<uint8_t*>(scratch) +
                                        (size_t(rows_pad) * size_t(n_in) * sizeof(__half) + 255) / 256 * 256);
-  to_half_rows_scaled(x, rows, rows_pad, int(n_in), xh, shift, s);
+  to_half_rows_scaled(x, rows, rows_pad, int(n_in), xh, shift, s, fragment_order);
   return {xh, shift, n_in, rows_pad};
 }
 

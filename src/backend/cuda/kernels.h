@@ -61,13 +61,17 @@ void deq_gemm_group(const Weight* const* ws, float* const* ys, int n, const floa
                     cudaStream_t s);
 // deq_wgmma.cu -- the same product (same weights, scratch and f16 bits of its operands; fp32
 // sums in another order) on Hopper's warpgroup mma (sm_90a; a build without sm_90a machine code
-// traps). Rows batch-invariant among themselves; a prototype, not routed, not yet run on a GPU
-// (written in session 11 after the device time was spent).
+// traps). Rows batch-invariant among themselves; not routed.
 void deq_wgmma_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                      cudaStream_t s);
+// Whether deq_wgmma_group runs on the current device: a Hopper GPU (compute capability 9.0) and
+// sm_90a machine code in this build (a probe kernel says; synchronous, so not inside a capture).
+bool deq_wgmma_runs();
 // mma_matmul.cu -- x (rows x n floats) as f16 rows scaled by 2^-shift[r] into f16's range (rows up
-// to rows_pad zeros, shift 0); n % 4 == 0.
-void to_half_rows_scaled(const float* x, int rows, int rows_pad, int n, __half* xh, int* row_shift, cudaStream_t s);
+// to rows_pad zeros, shift 0); n % 4 == 0. fragment_order: each 64-element slice permuted the way
+// deq_wgmma.cu's register fragments take k (wgmma_layout.h fragment_k_position; n % 64 == 0).
+void to_half_rows_scaled(const float* x, int rows, int rows_pad, int n, __half* xh, int* row_shift, cudaStream_t s,
+                         bool fragment_order = false);
 // imma_gemm.cu -- imma_matmul_group's two steps for Q4_K / Q5_K (and tiled IQ4_XS) and rows >
 // kImmaGemmMinRows, apart, so that bench/matmul_kernels can time the GEMM alone: imma_quantize
 // writes x's Q8_K form into scratch (imma_scratch_bytes), imma_gemm_quantized multiplies w by it.

@@ -42,6 +42,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mv_units.cuh"
+#include "backend/cuda/wgmma_layout.h"
 
 namespace df::cuda {
 
@@ -67,7 +68,9 @@ __device__ __forceinline__ void mma_16816(float* d, const uint32_t* a, uint32_t 
 constexpr float kHalfMax = 65504.0f;
 
 // One block per row: x[r] (fp32, n values) -> xh[r] (f16) scaled by 2^-k[r], k[r] the smallest
-// k >= 0 with max |x[r]| * 2^-k < 65504 (rows past `rows`: zeros, k = 0). n % 4 == 0.
+// k >= 0 with max |x[r]| * 2^-k < 65504 (rows past `rows`: zeros, k = 0). n % 4 == 0; with
+// kFragmentOrder, each 64-element slice in wgmma::fragment_k_position's order (n % 64 == 0).
+template <bool kFragmentOrder>
 __global__ void to_half_rows(const float* __restrict__ x, int rows, int n, __half* __restrict__ xh,
                              int* __restrict__ row_shift) {
   pdl_wait();
@@ -98,7 +101,14 @@ __global__ void to_half_rows(const float* __restrict__ x, int rows, int n, __hal
     uint2 h;
     h.x = pack_half2(v.x * scale, v.y * scale);
     h.y = pack_half2(v.z * scale, v.w * scale);
-    hr[i] = h;
+    if constexpr (kFragmentOrder) {  // elements 4i, 4i + 1 and 4i + 2, 4i + 3: positions p, p + 1 and p + 8, p + 9
+      const int e = 4 * i, at = (e & ~63) + int(wgmma::fragment_k_position(uint32_t(e & 63)));
+      uint32_t* h32 = reinterpret_cast<uint32_t*>(hr);
+      h32[at / 2] = h.x;
+      h32[at / 2 + 4] = h.y;
+    } else {
+      hr[i] = h;
+    }
   }
   if (threadIdx.x == 0) row_shift[r] = k;
 }
@@ -236,9 +246,11 @@ size_t mma_scratch_bytes(const Weight& w, int rows) {
   return rows_pad * size_t(w.n_in) * sizeof(__half) + rows_pad * sizeof(int);
 }
 
-void to_half_rows_scaled(const float* x, int rows, int rows_pad, int n, __half* xh, int* row_shift, cudaStream_t s) {
+void to_half_rows_scaled(const float* x, int rows, int rows_pad, int n, __half* xh, int* row_shift, cudaStream_t s,
+                         bool fragment_order) {
   const int threads = std::min(1024, std::max(kWarp, (n / 4 + kWarp - 1) / kWarp * kWarp));
-  launch(to_half_rows, unsigned(rows_pad), unsigned(threads), 0, s, x, rows, n, xh, row_shift);
+  launch(fragment_order ? to_half_rows<true> : to_half_rows<false>, unsigned(rows_pad), unsigned(threads), 0, s, x,
+         rows, n, xh, row_shift);
 }
 
 void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scratch, cudaStream_t s) {

@@ -49,8 +49,8 @@ __device__ __forceinline__ uint4 q4k_eight_halves(uint2 q, int shift, __half2 sc
 
 // The f16 operands both GEMMs read: the weights checked (Q4_K tiles of one n_in), x converted by
 // to_half_rows_scaled into the scratch (deq_gemm_scratch_bytes' layout: the f16 rows, then,
-// 256-byte aligned, the rows' power-of-two shifts). Defined in deq_gemm.cu; `what` names the
-// caller in the error.
+// 256-byte aligned, the rows' power-of-two shifts; fragment_order: deq_wgmma's order of k).
+// Defined in deq_gemm.cu; `what` names the caller in the error.
 struct HalfOperands {
   const __half* xh;
   const int* shift;
@@ -58,6 +58,6 @@ struct HalfOperands {
   int rows_pad;
 };
 HalfOperands half_operands(const Weight* const* ws, int n, const float* x, int rows, void* scratch, cudaStream_t s,
-                           const char* what);
+                           const char* what, bool fragment_order = false);
 
 }  // namespace df::cuda

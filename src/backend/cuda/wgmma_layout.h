@@ -1,9 +1,9 @@
-// Shared-memory layout of the f16 operands of Hopper's warpgroup mma (wgmma) in deq_wgmma.cu,
-// plain C++ so that tests/test_wgmma_layout.cpp checks it on a CPU against the PTX ISA's rules.
+// Layouts of the f16 operands of Hopper's warpgroup mma (wgmma) in deq_wgmma.cu, plain C++ so
+// that tests/test_wgmma_layout.cpp checks them on a CPU against the PTX ISA's rules.
 //
-// Both operands are K-major (imm-trans 0): A = the dequantized weights (row = output), B = the f16
-// activations (row = activation row), each row 64 elements of k (one 64-element slice) = 128
-// bytes, rows one after another. That is the canonical layout of the 128-byte swizzle mode
+// The B operand (the f16 activations, row = activation row) sits in shared memory K-major
+// (imm-trans-b 0), each row 64 elements of k (one 64-element slice) = 128 bytes, rows one after
+// another. That is the canonical layout of the 128-byte swizzle mode
 // (PTX ISA "Shared Memory Matrix Layout": a K-major swizzle atom is 8 rows x 128 bytes): within
 // each 1024-byte atom of 8 rows, the 16-byte chunk j of row r sits at chunk j ^ (r % 8). The
 // hardware applies that XOR to address bits [4,7) from bits [7,10) of the absolute shared
@@ -42,6 +42,21 @@ DF_WGMMA_HD constexpr uint32_t sw128_offset(uint32_t row, uint32_t k) {
 DF_WGMMA_HD constexpr uint64_t sw128_desc(uint32_t addr) {
   constexpr uint64_t kLbo = 16, kSbo = kAtomBytes, kMode128 = 1;
   return uint64_t((addr & 0x3FFFF) >> 4) | ((kLbo >> 4) << 16) | ((kSbo >> 4) << 32) | (kMode128 << 62);
+}
+
+// The A operand (the weights) comes from registers: in a k16 step, lane 4 g + c of a warp holds
+// rows g and g + 8 of its 16, k = 2c, 2c + 1 (registers 0, 1) and 2c + 8, 2c + 9 (registers 2, 3)
+// (PTX ISA, wgmma register fragments for A; mma.sync m16n8k16's layout). A Q4_K tile lane
+// (quant/q4k_tiles.h) holds, for a 64-element slice, rows g and g + 8, elements 8c .. 8c + 7 (low
+// nibbles) and 32 + 8c .. + 7 (high nibbles). The kernel lets k16 step s take the quant bytes
+// 4 (s % 2) .. + 3 of those, low nibbles for s < 2, high ones after: natural element
+// e = 32 (s / 2) + 8c + 4 (s % 2) + 2h + p sits at fragment position 16 s + 8 h + 2 c + p
+// (h: registers 0/1 or 2/3, p: the half of the register). A dot product does not depend on the
+// order of k, so the activations are stored in the same order (to_half_rows_scaled's fragment
+// order) and the weights need no shuffling. Returns that position for e < 64.
+DF_WGMMA_HD constexpr uint32_t fragment_k_position(uint32_t e) {
+  const uint32_t s = 2 * (e / 32) + (e % 8) / 4, c = (e % 32) / 8, h = (e % 4) / 2, p = e % 2;
+  return 16 * s + 8 * h + 2 * c + p;
 }
 
 }  // namespace df::cuda::wgmma
