@@ -104,7 +104,7 @@ void prepare(const Inputs& in, int p0, int pr, int c, int h, float* scratch) {
       rec[lay.qg() + size_t(t) * DK + i] = Qs[size_t(t) * DK + i] * eg[t];
       rec[lay.kd() + size_t(t) * DK + i] = Ks[size_t(t) * DK + i] * ed[t];
     }
-  for (int i = 0; i < 4; ++i) rec[lay.el() + i] = i == 0 ? std::exp(gl) : 0.0f;
+  for (int i = 0; i < 32; ++i) rec[lay.el() + i] = i == 0 ? std::exp(gl) : 0.0f;
   for (int col = 0; col < dv + DK; ++col) {  // one column of [U | W] per thread
     const bool is_v = col < dv;
     float x[kChunk];
@@ -122,27 +122,26 @@ void prepare(const Inputs& in, int p0, int pr, int c, int h, float* scratch) {
 }
 
 // gdn_chunk_state_k for value head h, columns j0 .. j0 + kCols, over the piece's pr rows. S is the
-// whole state (n_v x d_k x d_v), out the piece's first output row.
+// whole state (n_v x d_k x d_v), out the piece's first output row. Each sum in the kernel's
+// order: phase A over keys in order, outputs over s = 0 .. 4 (t / 4) + 3 (QK is 0 past t), the
+// state update over all 64 rows (masked rows add exact zeros).
 void state(const Inputs& in, int pr, int h, int j0, const float* scratch, float* S, float* out) {
   const GdnShape& sh = in.sh;
   const int DK = sh.d_k, dv = sh.d_v, C = kChunk, J = kCols;
   const Layout lay{DK, dv};
   const size_t out_stride = size_t(sh.n_v) * dv;
   float* Sh = S + size_t(h) * DK * dv;
-  std::vector<float> Vn(size_t(C) * J);
+  std::vector<float> Vn(size_t(C) * J), aq(size_t(C) * J);
   for (int k = 0; k * C < pr; ++k) {
     const float* rec = scratch + (size_t(k) * sh.n_v + h) * lay.record_floats();
     const int n = std::min(C, pr - k * C);
-    std::vector<float> aq(size_t(C) * J);
-    for (int t = 0; t < C; ++t)  // every row: the kernel's threads (t, c) with t = grp + 16 m
+    for (int t = 0; t < C; ++t)  // phase A, every row: rows t of W and of Qg (the kernel's [W; Qg])
       for (int c = 0; c < J; ++c) {
         float aw = 0.0f, a = 0.0f;
-        for (int i4 = 0; i4 < DK / 4; ++i4) {  // the float4 groups, nested fmas from the last lane
-          const float* w = rec + lay.w() + size_t(t) * DK + 4 * i4;
-          const float* q = rec + lay.qg() + size_t(t) * DK + 4 * i4;
-          const float* s = Sh + size_t(4 * i4) * dv + j0 + c;
-          aw = std::fma(w[0], s[0], std::fma(w[1], s[dv], std::fma(w[2], s[2 * dv], std::fma(w[3], s[3 * dv], aw))));
-          a = std::fma(q[0], s[0], std::fma(q[1], s[dv], std::fma(q[2], s[2 * dv], std::fma(q[3], s[3 * dv], a))));
+        for (int i = 0; i < DK; ++i) {
+          const float s = Sh[size_t(i) * dv + j0 + c];
+          aw = std::fma(rec[lay.w() + size_t(t) * DK + i], s, aw);
+          a = std::fma(rec[lay.qg() + size_t(t) * DK + i], s, a);
         }
         Vn[size_t(t) * J + c] = rec[lay.u() + size_t(t) * dv + j0 + c] - aw;
         aq[size_t(t) * J + c] = a;
@@ -157,7 +156,7 @@ void state(const Inputs& in, int pr, int h, int j0, const float* scratch, float*
     for (int i = 0; i < DK; ++i)
       for (int c = 0; c < J; ++c) {
         float st = Sh[size_t(i) * dv + j0 + c] * el;
-        for (int s = 0; s < n; ++s) st = std::fma(rec[lay.kd() + size_t(s) * DK + i], Vn[size_t(s) * J + c], st);
+        for (int s = 0; s < C; ++s) st = std::fma(rec[lay.kd() + size_t(s) * DK + i], Vn[size_t(s) * J + c], st);
         Sh[size_t(i) * dv + j0 + c] = st;
       }
   }

@@ -8,9 +8,10 @@
 //     K K^T and Q K^T; U = T diag(beta) V and W = T diag(beta e^G) K by forward substitution
 //     (one thread per column of [U | W], the column in registers); Qg = e^G Q, Kd = e^{G_last
 //     - G} K, e^{G_last}. All into the scratch record of (chunk, head) (gdn_chunk_layout.h).
-//   state (grid heads x d_v / 16, sequential over the chunks; the columns of S are independent
-//     given the record): per chunk, v_new = U - W S_prev and o = Qg S_prev + QK v_new, then
-//     S = e^{G_last} S_prev + Kd^T v_new, with the block's 16 columns of S in shared memory.
+//   state (grid heads x d_v / kCols, sequential over the chunks; the columns of S are
+//     independent given the record): per chunk, v_new = U - W S_prev and o = Qg S_prev + QK
+//     v_new, then S = e^{G_last} S_prev + Kd^T v_new, with the block's kCols columns of S in
+//     shared memory (and each thread's share of them in registers while it updates them).
 // A call longer than kPieceRows runs as consecutive pieces (prepare, state, prepare, ...), so
 // the scratch stays bounded (113 MB at n_v = 48, d_k = d_v = 128).
 //
@@ -19,19 +20,33 @@
 // columns 1.0 M; state W S 2.1 M, Qg S 2.1 M, QK v_new 0.5 M (lower half), Kd^T v_new 2.1 M:
 // ~10 MFLOP, vs ~7.3 for the recurrence over the same 64 tokens (7 d_k d_v per token), but the
 // sequential part walks rows / 64 chunks with 384 blocks instead of rows tokens with 192.
-// Expected at the 27B shape (48 value heads, 48 layers), assuming ~20 TFLOP/s for prepare and
-// ~15 for state (fp32 peak ~67; state is 1 wave of 3 blocks per SM, L2-fed, ~0.35 GB of L2
-// reads per layer at 512 rows): 512 rows = 384 records per layer: prepare 1.2 GFLOP ~ 0.06
-// ms, state 2.6 GFLOP ~ 0.17 ms; ~0.23 ms per layer, ~11 ms per prefill (recurrence: 38.5 ms).
-// 4096 rows: 8x, ~90 ms (recurrence, linear in rows: ~310 ms).
 // Measured on the H200 (docs/performance.md, session 6): 20.1 ms per 512-row prefill chunk of the
-// 27B shape (48 layers), twice the estimate. Timed alone (H100, session 11, one layer, 512 rows):
-// prepare 156-167 us, state 305 us, so both are ~2-3x the estimate. A likely cause in state: each
-// of a head's d_v / 16 column blocks reads the chunk's whole record (W, Qg, Kd, QK: ~112 KB) from
-// L2 again, with float4 loads of which a warp's 32 lanes use two addresses (its two row groups);
-// staging the record in shared memory per chunk (coalesced, once per block) or tf32 mma for
-// W S_prev, Qg S_prev and Kd^T v_new are the next steps (not yet tried).
+// 27B shape (48 layers). Timed alone (H100, session 11, one layer, 512 rows), the first version
+// took prepare 156-167 us, state 305 us, ~2-3x its estimates (~60 and ~170 us): its state
+// blocks read the record from L2 with float4 loads of which a warp's 32 lanes used two addresses
+// (one LDG.128 per 4 FMAs: load-instruction bound), and its prepare read shared memory one
+// float at a time (Gram: 12 loads per 32 FMAs; substitution: one load per FMA).
+//
+// How the kernels now spend their time (session 12; reads counted in shared-memory wavefronts,
+// which a warp's broadcast lanes share):
+//   state: per chunk, each block copies the record's W, Qg, QK and Kd (112 KB) into a ring of
+//     3 shared stages with cp.async (coalesced 128-byte lines, issued two 18 KB tiles ahead,
+//     across chunk boundaries), and each thread computes 4 rows x kCols / 8 columns of [W; Qg]
+//     S_prev, 2 rows of outputs and d_k / 32 keys x kCols / 8 columns of the state update from
+//     float4 shared reads: phase A 6 reads per 32 FMAs, the update 6 per 32, the outputs 4 per
+//     16. 256 threads, 68 KB of shared memory and <= 80 registers give 3 blocks per SM, so the
+//     384 blocks at 48 heads are one wave. At 512 rows a layer's state pass reads 384 blocks x
+//     8 chunks x 112 KB = 344 MB from L2 (~50-70 us at the H100's L2 bandwidth) and does 1.3 G
+//     FMAs (~45 us at 3 blocks per SM at the fp32 peak): expected ~80-100 us, bound by both.
+//     kCols = 32 (192 blocks, 2 an SM) halves the L2 reads at the cost of the wave's balance.
+//   prepare: the Gram products read k and q 4 keys at a time (12 float4 reads per 128 FMAs) and
+//     the substitution reads L 4 entries at a time (one broadcast float4 per 4 FMAs); same
+//     sums in the same order as before, so the record is bit for bit the same. 86 KB of shared
+//     memory: 2 blocks per SM, 384 blocks in 1.45 waves.
+// Measured (H100, one layer, bench/gdn_kernels.cpp and Nsight Compute): not yet.
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gdn_chunk_layout.h"
@@ -46,11 +61,33 @@ using gdn_chunk::kCols;
 using gdn_chunk::kPieceRows;
 using gdn_chunk::Layout;
 
-constexpr int kThreads = 256;  // both kernels; the 16 x 16 thread tilings below assume it
+constexpr int kThreads = 256;  // both kernels; their thread tilings (16 x 16, 32 x 8) assume it
+
+// 16 bytes global -> shared without a register round trip (L2 only: the record is read once
+// per block); the wait's argument is how many of this thread's latest commit groups may still
+// be in flight. (The GEMMs' helpers in imma_tiles.cuh come with headers this file does not need.)
+__device__ __forceinline__ void copy16_async(uint32_t dst, const float* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void copy_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Element i of a float4 / float2 (i a compile-time constant after unrolling: stays in registers).
+__device__ __forceinline__ float elem(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+__device__ __forceinline__ float elem(const float2& v, int i) { return i == 0 ? v.x : v.y; }
+
+// The prepare kernel's shared rows, padded by 4 floats: float4 reads stay aligned, and the Gram
+// loop's reads of 8 rows at the same keys hit distinct banks.
+template <int DK>
+constexpr int kPrepKS = DK + 4;             // Ks, Qs rows
+constexpr int kPrepLS = kChunk + 4;         // Ls rows
 
 template <int DK>
 constexpr size_t prepare_smem_bytes() {
-  return (size_t(2) * kChunk * (DK + 1) + size_t(kChunk) * (kChunk + 1) + 4 * kChunk) * sizeof(float);
+  return (size_t(2) * kChunk * kPrepKS<DK> + size_t(kChunk) * kPrepLS + 4 * kChunk) * sizeof(float);
 }
 
 // grid (chunks of the piece, n_v). qkv, g, beta point at the piece's first row.
@@ -61,8 +98,8 @@ __global__ void __launch_bounds__(kThreads)
                         float* __restrict__ scratch) {
   pdl_wait();  // the previous state kernel may still read the scratch
   pdl_trigger();
-  constexpr int C = kChunk, KS = DK + 1, LS = C + 1;  // padded rows: the Gram loop reads 16 rows at once
-  extern __shared__ float smem[];
+  constexpr int C = kChunk, KS = kPrepKS<DK>, LS = kPrepLS;
+  extern __shared__ __align__(16) float smem[];
   float* Ks = smem;            // [C][KS] the chunk's k (zero rows past n)
   float* Qs = Ks + C * KS;     // [C][KS] q
   float* Ls = Qs + C * KS;     // [C][LS] L
@@ -104,24 +141,27 @@ __global__ void __launch_bounds__(kThreads)
     ed[tid] = tid < n ? expf(gl - gam[tid]) : 0.0f;
   }
 
-  // Gram products: thread (ty, tx) owns rows t = ty + 16 a, columns s = tx + 16 b.
+  // Gram products: thread (ty, tx) owns rows t = ty + 16 a, columns s = tx + 16 b; keys in
+  // order, read 4 at a time (12 float4 reads per 128 FMAs).
   const int tx = tid % 16, ty = tid / 16;
   float kk[4][4] = {}, qk[4][4] = {};
-  for (int i = 0; i < DK; ++i) {
-    float ka[4], qa[4], kb[4];
+  for (int i4 = 0; i4 < DK / 4; ++i4) {
+    float4 ka[4], qa[4], kb[4];
 #pragma unroll
     for (int a = 0; a < 4; ++a) {
-      ka[a] = Ks[(ty + 16 * a) * KS + i];
-      qa[a] = Qs[(ty + 16 * a) * KS + i];
-      kb[a] = Ks[(tx + 16 * a) * KS + i];
+      ka[a] = *reinterpret_cast<const float4*>(Ks + (ty + 16 * a) * KS + 4 * i4);
+      qa[a] = *reinterpret_cast<const float4*>(Qs + (ty + 16 * a) * KS + 4 * i4);
+      kb[a] = *reinterpret_cast<const float4*>(Ks + (tx + 16 * a) * KS + 4 * i4);
     }
 #pragma unroll
-    for (int a = 0; a < 4; ++a)
+    for (int q = 0; q < 4; ++q)
 #pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        kk[a][b] = fmaf(ka[a], kb[b], kk[a][b]);
-        qk[a][b] = fmaf(qa[a], kb[b], qk[a][b]);
-      }
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          kk[a][b] = fmaf(elem(ka[a], q), elem(kb[b], q), kk[a][b]);
+          qk[a][b] = fmaf(elem(qa[a], q), elem(kb[b], q), qk[a][b]);
+        }
   }
 #pragma unroll
   for (int a = 0; a < 4; ++a)
@@ -139,7 +179,7 @@ __global__ void __launch_bounds__(kThreads)
     rec[lay.qg() + e] = Qs[t * KS + i] * eg[t];
     rec[lay.kd() + e] = Ks[t * KS + i] * ed[t];
   }
-  if (tid < 4) rec[lay.el() + tid] = tid == 0 ? expf(gl) : 0.0f;
+  if (tid < 32) rec[lay.el() + tid] = tid == 0 ? expf(gl) : 0.0f;
 
   // Forward substitution (I + L) X = B, one column of [U | W] per thread, in registers:
   // B = beta V (U columns) or beta e^G K (W columns); masked rows give 0.
@@ -157,111 +197,227 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int t = 0; t < C; ++t) {
 #pragma unroll
-      for (int s = 0; s < t; ++s) x[t] = fmaf(-Ls[t * LS + s], x[s], x[t]);
+      for (int s4 = 0; s4 < (t + 3) / 4; ++s4) {  // L row t, 4 at a time (one broadcast read)
+        const float4 l = *reinterpret_cast<const float4*>(Ls + t * LS + 4 * s4);
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (4 * s4 + q < t) x[t] = fmaf(-elem(l, q), x[4 * s4 + q], x[t]);
+      }
       dst[size_t(t) * stride] = x[t];
     }
   }
 }
 
-// grid (n_v, d_v / kCols): one head's kCols value columns, over the piece's chunks in order.
-// out points at the piece's first row.
+// The state pass streams each chunk's record through a ring of kStages shared-memory stages
+// (cp.async, issued kStages - 1 tiles ahead, across chunk boundaries), tile by tile in the
+// order it is used: the W|Qg rows in 32-key slices (phase A), QK, then Kd in slices of 4096
+// floats (phase B). Every tile is 4096 floats (A slices and QK padded: rows read as float4 by 8
+// consecutive rows of a warp hit distinct banks).
 template <int DK>
-__global__ void __launch_bounds__(kThreads)
+struct StateTiles {
+  static constexpr int kA = DK / 32;                 // W|Qg slices: keys 32 j .. 32 j + 31
+  static constexpr int kKd = DK / 64;                // Kd slices
+  static constexpr int kKdTokens = 4096 / DK;        // tokens per Kd slice
+  static constexpr int kPerChunk = kA + 1 + kKd;     // A slices, QK, Kd slices
+  static constexpr int kAS = 36, kQS = kChunk + 4;   // A slice rows (128 = W then Qg), QK rows
+  static constexpr int kStageFloats = 2 * kChunk * kAS;  // the largest tile (4608 floats)
+  static constexpr int kStages = 3;
+  static constexpr int kSS = DK + 4, kVS = kChunk + 4;  // St and Vt rows (float4-aligned, bank-shifted)
+  static constexpr size_t smem_bytes() {
+    return (size_t(kStages) * kStageFloats + size_t(kCols) * (kSS + kVS)) * sizeof(float);
+  }
+  static_assert(kChunk * kQS <= kStageFloats && kKdTokens * DK == 4096 && kChunk % kKdTokens == 0, "tiles");
+};
+
+// grid (n_v, d_v / kCols): one head's kCols value columns, over the piece's chunks in order.
+// out points at the piece's first row. Thread (rg, cg), rg = 0..31, cg = 0..7, owns value
+// columns j0 + cg + 8 j (j < kCols / 8) and, per chunk:
+//   phase A: rows rg + 32 a of [W; Qg] times S_prev (a = 0, 1: W rows t = rg, rg + 32; a = 2,
+//     3: Qg rows), summed over keys in order; then v_new = U - W S_prev of its W rows into Vt;
+//   phase B: o_t = (Qg S_prev)_t + sum_{s <= t} QK[t][s] v_new_s for its rows t (s in order);
+//     S = e^{G_last} S_prev + sum_s Kd[s]^T v_new_s (s in order, all 64 rows: masked rows add
+//     exact zeros) for keys (d_k / 32) rg .. + d_k / 32 - 1: those elements of St are only
+//     ever written by this thread, so it reads them into registers for phase B and writes them
+//     back at its end, where the next chunk's phase A reads them (after a barrier). U waits in
+//     Vt (again this thread's elements) from the chunk's start, so phase A holds no U registers.
+// A warp is 8 consecutive rg x 4 consecutive cg, so each shared read is 4 or 8 distinct
+// float4 (one bank wavefront), broadcast to the other lanes.
+template <int DK>
+__global__ void __launch_bounds__(kThreads, kCols == 16 ? 3 : 2)
     gdn_chunk_state_k(int n_v, int dv, int rows, const float* __restrict__ scratch, float* __restrict__ S,
                       float* __restrict__ out, size_t out_stride) {
-  pdl_wait();
-  pdl_trigger();
-  constexpr int C = kChunk, J = kCols, SS = DK + 4;  // S rows padded: float4 reads of 8 columns hit distinct banks
-  constexpr int kKeys = DK / 16;                     // keys per thread in the state update
-  static_assert(kThreads == 16 * J && kKeys % 4 == 0, "thread tiling");
-  __shared__ __align__(16) float St[J * SS];  // St[c][i] = S[h][i][j0 + c]
-  __shared__ __align__(16) float Vn[C * J];   // Vn[t][c]: the chunk's v_new
-  const int h = blockIdx.x, j0 = blockIdx.y * J, tid = threadIdx.x;
-  const int c = tid % J, grp = tid / J;  // column; row group 0..15
+  using T = StateTiles<DK>;
+  constexpr int C = kChunk, J = kCols, CPT = J / 8, KPT = DK / 32;
+  constexpr int AS = T::kAS, QS = T::kQS, SS = T::kSS, VS = T::kVS, NST = T::kStages;
+  static_assert(kThreads == 256 && (J == 16 || J == 32) && (KPT == 2 || KPT == 4), "thread tiling");
+  using KdVec = std::conditional_t<KPT == 4, float4, float2>;
+  extern __shared__ __align__(16) float smem[];
+  float* ring = smem;                          // [NST][kStageFloats]
+  float* St = ring + NST * T::kStageFloats;    // [J][SS]: St[c][i] = S_prev[i][j0 + c]
+  float* Vt = St + J * SS;                     // [J][VS]: Vt[c][t] = v_new[t][j0 + c]
+  const int h = blockIdx.x, j0 = blockIdx.y * J, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int rg = 8 * (warp % 4) + lane % 8, cg = 4 * (warp / 4) + lane / 8;
   const Layout lay{DK, dv};
+  const float* rec_h = scratch + size_t(h) * lay.record_floats();  // chunk k's record: rec_h + k * chunk_floats
+  const int chunk_floats = n_v * int(lay.record_floats());           // < 2^31 for any shape supports() takes
+  pdl_wait();  // S and the scratch come from earlier kernels
+  pdl_trigger();
   float* Sh = S + size_t(h) * DK * dv;
-  for (int e = tid; e < DK * J; e += kThreads) St[(e % J) * SS + e / J] = Sh[size_t(e / J) * dv + j0 + e % J];
-  const int n_chunks = (rows + C - 1) / C;
-  for (int k = 0; k < n_chunks; ++k) {
-    const float* rec = scratch + (size_t(k) * n_v + h) * lay.record_floats();
-    const int n = min(C, rows - k * C);
-    __syncthreads();  // the previous update of St (or its load) is complete; Vn is free
-    // Reads of S_prev for rows t = grp + 16 m: aw = W S_prev, aq = Qg S_prev.
-    float aw[4] = {}, aq[4] = {};
-    const float4* s4 = reinterpret_cast<const float4*>(St + c * SS);
-    const float4* w4 = reinterpret_cast<const float4*>(rec + lay.w());
-    const float4* q4 = reinterpret_cast<const float4*>(rec + lay.qg());
-    for (int i4 = 0; i4 < DK / 4; ++i4) {
-      const float4 sv = s4[i4];
 #pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const int t = grp + 16 * m;
-        const float4 w = __ldg(w4 + t * (DK / 4) + i4), q = __ldg(q4 + t * (DK / 4) + i4);
-        aw[m] = fmaf(w.x, sv.x, fmaf(w.y, sv.y, fmaf(w.z, sv.z, fmaf(w.w, sv.w, aw[m]))));
-        aq[m] = fmaf(q.x, sv.x, fmaf(q.y, sv.y, fmaf(q.z, sv.z, fmaf(q.w, sv.w, aq[m]))));
-      }
+  for (int ii = 0; ii < KPT; ++ii)
+#pragma unroll
+    for (int j = 0; j < CPT; ++j) St[(cg + 8 * j) * SS + KPT * rg + ii] = Sh[size_t(KPT * rg + ii) * dv + j0 + cg + 8 * j];
+
+  const int n_chunks = (rows + C - 1) / C, n_tiles = n_chunks * T::kPerChunk;
+  const uint32_t ring_s = uint32_t(__cvta_generic_to_shared(ring));
+  // Tile g (chunk g / kPerChunk) into stage g % NST: 1024 float4 copies, 4 a thread, each
+  // warp reading whole 128-byte lines. [W; Qg] are adjacent in the record (rows of d_k floats).
+  auto load = [&](int g) {
+    const int k = g / T::kPerChunk, jt = g % T::kPerChunk;
+    const float* rec = rec_h + size_t(k) * chunk_floats;
+    const uint32_t dst = ring_s + uint32_t((g % NST) * T::kStageFloats) * 4u;
+    if (jt < T::kA) {  // rows tid / 8 + 32 it, keys 32 jt + 4 (tid % 8) ..
+      const float* src = rec + lay.w() + 32 * jt + (tid / 8) * DK + 4 * (tid % 8);
+      const uint32_t d = dst + uint32_t((tid / 8) * AS + 4 * (tid % 8)) * 4u;
+#pragma unroll
+      for (int it = 0; it < 4; ++it) copy16_async(d + uint32_t(it * 32 * AS) * 4u, src + it * 32 * DK);
+    } else if (jt == T::kA) {  // QK: rows tid / 16 + 16 it (64 contiguous floats each)
+      const float* src = rec + lay.qk() + 4 * tid;
+      const uint32_t d = dst + uint32_t((tid / 16) * QS + 4 * (tid % 16)) * 4u;
+#pragma unroll
+      for (int it = 0; it < 4; ++it) copy16_async(d + uint32_t(it * 16 * QS) * 4u, src + it * 1024);
+    } else {  // a Kd slice: 4096 contiguous floats
+      const float* src = rec + lay.kd() + size_t(jt - T::kA - 1) * 4096 + 4 * tid;
+#pragma unroll
+      for (int it = 0; it < 4; ++it) copy16_async(dst + uint32_t(4 * tid + it * 1024) * 4u, src + it * 1024);
     }
+  };
 #pragma unroll
-    for (int m = 0; m < 4; ++m) {  // every row, masked ones too (0 - 0): the loops below read them
-      const int t = grp + 16 * m;
-      Vn[t * J + c] = __ldg(rec + lay.u() + size_t(t) * dv + j0 + c) - aw[m];
-    }
-    __syncthreads();  // Vn complete
-    // Outputs: o_t = aq + sum_{s <= t} QK[t][s] v_new_s (QK is 0 above the diagonal).
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const int t = grp + 16 * m;
-      if (t >= n) continue;
-      const float4* qk4 = reinterpret_cast<const float4*>(rec + lay.qk() + size_t(t) * C);
-      float o = aq[m];
-      for (int s4i = 0; s4i <= t / 4; ++s4i) {
-        const float4 a = __ldg(qk4 + s4i);
-        const float* v = Vn + 4 * s4i * J + c;
-        o = fmaf(a.x, v[0], o);
-        o = fmaf(a.y, v[J], o);
-        o = fmaf(a.z, v[2 * J], o);
-        o = fmaf(a.w, v[3 * J], o);
-      }
-      out[size_t(k * C + t) * out_stride + size_t(h) * dv + j0 + c] = o;
-    }
-    // State: S = e^{G_last} S_prev + Kd^T v_new, keys i0 .. i0 + kKeys of column c. Only this
-    // thread touches those St elements until the next chunk's barrier.
-    const float el = __ldg(rec + lay.el());
-    const int i0 = grp * kKeys;
-    float st[kKeys];
-#pragma unroll
-    for (int ii = 0; ii < kKeys; ++ii) st[ii] = St[c * SS + i0 + ii] * el;
-    const float4* kd4 = reinterpret_cast<const float4*>(rec + lay.kd() + i0);
-    for (int s = 0; s < n; ++s) {
-      const float v = Vn[s * J + c];
-#pragma unroll
-      for (int p = 0; p < kKeys / 4; ++p) {
-        const float4 kd = __ldg(kd4 + s * (DK / 4) + p);
-        st[4 * p + 0] = fmaf(kd.x, v, st[4 * p + 0]);
-        st[4 * p + 1] = fmaf(kd.y, v, st[4 * p + 1]);
-        st[4 * p + 2] = fmaf(kd.z, v, st[4 * p + 2]);
-        st[4 * p + 3] = fmaf(kd.w, v, st[4 * p + 3]);
-      }
-    }
-#pragma unroll
-    for (int ii = 0; ii < kKeys; ++ii) St[c * SS + i0 + ii] = st[ii];
+  for (int g = 0; g < NST - 1; ++g) {
+    if (g < n_tiles) load(g);
+    copy_commit();  // empty past the end: the wait counts stay uniform
   }
-  __syncthreads();
-  for (int e = tid; e < DK * J; e += kThreads) Sh[size_t(e / J) * dv + j0 + e % J] = St[(e % J) * SS + e / J];
+
+  float acc[4][CPT];  // phase A sums of rows rg + 32 a of [W; Qg]
+  float st[KPT][CPT];  // phase B: S[KPT rg + ii][j0 + cg + 8 j], from and back to St
+  float el = 0.0f;
+  int n = 0;
+  for (int g = 0; g < n_tiles; ++g) {
+    copy_wait<NST - 2>();  // tile g has landed (this thread's copies) ...
+    __syncthreads();        // ... everyone's; and tile g - 1's stage, Vt and St writes are settled
+    if (g + NST - 1 < n_tiles) load(g + NST - 1);
+    copy_commit();
+    const int k = g / T::kPerChunk, jt = g % T::kPerChunk;
+    const float* tile = ring + (g % NST) * T::kStageFloats;
+    if (jt == 0) {  // a new chunk
+      const float* rec = rec_h + size_t(k) * chunk_floats;
+      n = min(C, rows - k * C);
+      el = __ldg(rec + lay.el());
+#pragma unroll
+      for (int j = 0; j < CPT; ++j) {
+#pragma unroll
+        for (int a = 0; a < 4; ++a) acc[a][j] = 0.0f;
+#pragma unroll
+        for (int a = 0; a < 2; ++a)  // U into Vt: the barrier above retired the last chunk's reads of it
+          Vt[(cg + 8 * j) * VS + rg + 32 * a] = __ldg(rec + lay.u() + size_t(rg + 32 * a) * dv + j0 + cg + 8 * j);
+      }
+    }
+    if (jt < T::kA) {  // phase A, keys 32 jt ..
+#pragma unroll 2  // fully unrolled, ptxas hoists the loads past 80 registers and spills
+      for (int i4 = 0; i4 < 8; ++i4) {
+        float4 av[4], sv[CPT];
+#pragma unroll
+        for (int a = 0; a < 4; ++a) av[a] = *reinterpret_cast<const float4*>(tile + (rg + 32 * a) * AS + 4 * i4);
+#pragma unroll
+        for (int j = 0; j < CPT; ++j)
+          sv[j] = *reinterpret_cast<const float4*>(St + (cg + 8 * j) * SS + 32 * jt + 4 * i4);
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+          for (int j = 0; j < CPT; ++j) {
+            float x = acc[a][j];
+            x = fmaf(av[a].x, sv[j].x, x);
+            x = fmaf(av[a].y, sv[j].y, x);
+            x = fmaf(av[a].z, sv[j].z, x);
+            acc[a][j] = fmaf(av[a].w, sv[j].w, x);
+          }
+      }
+      if (jt == T::kA - 1)  // every row, masked ones too (0 - 0): phase B reads them
+#pragma unroll
+        for (int a = 0; a < 2; ++a)
+#pragma unroll
+          for (int j = 0; j < CPT; ++j) Vt[(cg + 8 * j) * VS + rg + 32 * a] -= acc[a][j];
+    } else if (jt == T::kA) {  // outputs; QK is 0 above the diagonal, so groups of 4 may overrun t
+      const int t0 = rg, t1 = rg + 32;
+      float o0[CPT], o1[CPT];
+#pragma unroll
+      for (int j = 0; j < CPT; ++j) o0[j] = acc[2][j], o1[j] = acc[3][j];
+      for (int s4 = 0; s4 <= t1 / 4; ++s4) {
+        const float4 q1 = *reinterpret_cast<const float4*>(tile + t1 * QS + 4 * s4);
+        const bool row0 = s4 <= t0 / 4;
+        const float4 q0 = row0 ? *reinterpret_cast<const float4*>(tile + t0 * QS + 4 * s4) : make_float4(0, 0, 0, 0);
+#pragma unroll
+        for (int j = 0; j < CPT; ++j) {
+          const float4 v = *reinterpret_cast<const float4*>(Vt + (cg + 8 * j) * VS + 4 * s4);
+          o1[j] = fmaf(q1.w, v.w, fmaf(q1.z, v.z, fmaf(q1.y, v.y, fmaf(q1.x, v.x, o1[j]))));
+          if (row0) o0[j] = fmaf(q0.w, v.w, fmaf(q0.z, v.z, fmaf(q0.y, v.y, fmaf(q0.x, v.x, o0[j]))));
+        }
+      }
+      float* o_row = out + size_t(k * C) * out_stride + size_t(h) * dv + j0 + cg;
+#pragma unroll
+      for (int j = 0; j < CPT; ++j) {
+        if (t0 < n) o_row[size_t(t0) * out_stride + 8 * j] = o0[j];
+        if (t1 < n) o_row[size_t(t1) * out_stride + 8 * j] = o1[j];
+      }
+    } else {  // state update, tokens s0 .. s0 + kKdTokens - 1
+      const int p = jt - T::kA - 1, s0 = p * T::kKdTokens;
+      if (p == 0)  // this thread's elements of St: no other thread writes them
+#pragma unroll
+        for (int ii = 0; ii < KPT; ++ii)
+#pragma unroll
+          for (int j = 0; j < CPT; ++j) st[ii][j] = St[(cg + 8 * j) * SS + KPT * rg + ii] * el;
+#pragma unroll 2  // as phase A: more would spill
+      for (int s4 = 0; s4 < T::kKdTokens / 4; ++s4) {
+        float4 v[CPT];
+#pragma unroll
+        for (int j = 0; j < CPT; ++j) v[j] = *reinterpret_cast<const float4*>(Vt + (cg + 8 * j) * VS + s0 + 4 * s4);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const KdVec kd = *reinterpret_cast<const KdVec*>(tile + (4 * s4 + q) * DK + KPT * rg);
+#pragma unroll
+          for (int j = 0; j < CPT; ++j)
+#pragma unroll
+            for (int ii = 0; ii < KPT; ++ii) st[ii][j] = fmaf(elem(kd, ii), elem(v[j], q), st[ii][j]);
+        }
+      }
+      if (p == T::kKd - 1)  // S for the next chunk's phase A (read after the next barrier)
+#pragma unroll
+        for (int ii = 0; ii < KPT; ++ii)
+#pragma unroll
+          for (int j = 0; j < CPT; ++j) St[(cg + 8 * j) * SS + KPT * rg + ii] = st[ii][j];
+    }
+  }
+  copy_wait<0>();  // nothing is pending past the last tile, but leave no copy in flight
+#pragma unroll
+  for (int ii = 0; ii < KPT; ++ii)  // this thread's own St writes: no barrier needed
+#pragma unroll
+    for (int j = 0; j < CPT; ++j) Sh[size_t(KPT * rg + ii) * dv + j0 + cg + 8 * j] = St[(cg + 8 * j) * SS + KPT * rg + ii];
 }
 
 template <int DK>
 void run_chunked(const GdnShape& sh, const float* qkv, size_t qkv_stride, const float* g, const float* beta,
                  int rows, float* S, float* out, float* scratch, cudaStream_t s) {
-  constexpr size_t smem = prepare_smem_bytes<DK>();  // above the default 48 KiB
+  constexpr size_t smem = prepare_smem_bytes<DK>(), state_smem = StateTiles<DK>::smem_bytes();  // > 48 KiB
   (void)raise_smem_limit<gdn_chunk_prepare_k<DK>>(int(smem));  // a refusal shows as the launch error
+  (void)raise_smem_limit<gdn_chunk_state_k<DK>>(int(state_smem), true);  // 3 blocks an SM need the carveout
   const size_t out_stride = size_t(sh.n_v) * sh.d_v;
   for (int p0 = 0; p0 < rows; p0 += kPieceRows) {
     const int pr = std::min(kPieceRows, rows - p0);
     const size_t gate0 = size_t(p0) * sh.n_v;
     launch(gdn_chunk_prepare_k<DK>, dim3(ceil_div(pr, kChunk), unsigned(sh.n_v)), kThreads, smem, s, sh.n_k, sh.n_v,
            sh.d_v, qkv + size_t(p0) * qkv_stride, qkv_stride, g + gate0, beta + gate0, pr, scratch);
-    launch(gdn_chunk_state_k<DK>, dim3(unsigned(sh.n_v), unsigned(sh.d_v / kCols)), kThreads, 0, s, sh.n_v, sh.d_v, pr,
+    launch(gdn_chunk_state_k<DK>, dim3(unsigned(sh.n_v), unsigned(sh.d_v / kCols)), kThreads, state_smem, s, sh.n_v,
+           sh.d_v, pr,
            static_cast<const float*>(scratch), S, out + size_t(p0) * out_stride, out_stride);
   }
 }

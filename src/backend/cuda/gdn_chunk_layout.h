@@ -9,7 +9,8 @@
 //   Qg [64][d_k]  e^{G_t} q_t                             (output read of S_prev)
 //   Kd [64][d_k]  e^{G_last - G_s} k_s                    (state write)
 //   QK [64][64]   (q_t . k_s) e^{G_t - G_s}, s <= t        (intra-chunk attention)
-//   eL [4]        e^{G_last}, then padding (16-byte records)
+//   eL [32]       e^{G_last}, then zeros: records (and so every array) start on 128-byte lines,
+//                 so the state pass's row copies touch no extra L2 sectors
 // G_t is the cumulative log-decay inside the chunk; only differences or non-positive values
 // are exponentiated, so nothing overflows however strong the decay.
 #pragma once
@@ -25,7 +26,7 @@ namespace df::cuda::gdn_chunk {
 
 constexpr int kChunk = 64;        // tokens per chunk (the CPU backend's C)
 constexpr int kPieceRows = 1024;  // rows per pass: bounds the scratch (113 MB at n_v 48, d 128)
-constexpr int kCols = 16;         // value columns of S per state block
+constexpr int kCols = 16;         // value columns of S per state block (16 or 32; deltanet_chunked.cu)
 
 struct Layout {
   int dk, dv;
@@ -35,11 +36,11 @@ struct Layout {
   DF_GDN_HD size_t kd() const { return qg() + size_t(kChunk) * dk; }
   DF_GDN_HD size_t qk() const { return kd() + size_t(kChunk) * dk; }
   DF_GDN_HD size_t el() const { return qk() + size_t(kChunk) * kChunk; }
-  DF_GDN_HD size_t record_floats() const { return el() + 4; }
+  DF_GDN_HD size_t record_floats() const { return el() + 32; }
 };
 
-// Shapes the chunked kernels take (others run the recurrent form): d_k a multiple of 64 up to
-// 128 (phase c gives each thread d_k / 16 keys, read as float4), d_v a multiple of kCols.
+// Shapes the chunked kernels take (others run the recurrent form): d_k 64 or 128 (the state
+// pass's tiles are 32-key slices, its threads own d_k / 32 keys of S), d_v a multiple of kCols.
 inline bool supports(int dk, int dv) { return (dk == 64 || dk == 128) && dv > 0 && dv % kCols == 0; }
 
 inline size_t scratch_floats(int n_v, int dk, int dv, int rows) {
