@@ -1483,9 +1483,14 @@ float round_f16(float v) { return f16_to_f32(f32_to_f16(v)); }
 // the CUDA backend multiplies on f16 tensor cores, the weights and activations are rounded to f16
 // first, as the kernel does (round to nearest even); where it uses the CPU's Q8_K activations,
 // the plain CPU product is the same math. Either way the two differ by summation order only.
+// Prompt products (long prompt segments) of Q4_K matrices, which the CUDA backend takes as an
+// f16 GEMM on a Hopper GPU (deq_wgmma.cu: the weight formed in f16 by one fused multiply-add of
+// f16 scale and min, the activations scaled into f16), are here the fp32 product of the
+// dequantized weights with f16-rounded activations: the two then differ by the f16 weight's
+// roundings (2^-11 of its sub-block's range) and summation order.
 class DequantizedCpu final : public Backend {
  public:
-  DequantizedCpu() : cpu_(make_cpu_backend(0)) {}
+  DequantizedCpu() : cpu_(make_cpu_backend(0)), prompt_f16_(cuda::deq_wgmma_runs()) {}
   const char* name() const override { return "cpu-f32"; }
   void* alloc(size_t b) override { return cpu_->alloc(b); }
   void release(void* p) override { cpu_->release(p); }
@@ -1509,19 +1514,17 @@ class DequantizedCpu final : public Backend {
   void matmul(const Weight& w, const float* x, int rows, float* y) override {
     const bool as_matrix = matrices_.count(w.data) != 0;
     if (cuda_uses_q8k(w, as_matrix)) return cpu_->matmul(w, x, rows, y);
-    auto& f = f32_[w.data];
-    if (f.empty()) {
-      f.resize(size_t(w.n_in * w.n_out));
-      for (int64_t o = 0; o < w.n_out; ++o)
-        dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + o * w.row_bytes, f.data() + o * w.n_in, w.n_in);
-      if (cuda_rounds_to_f16(w, as_matrix))
-        for (float& v : f) v = round_f16(v);
+    const bool f16 = cuda_rounds_to_f16(w, as_matrix);
+    f32_product(w, dequantized(w, f16), x, rows, y, f16);
+  }
+  void prompt_matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override {
+    for (int i = 0; i < n; ++i) {
+      const Weight& w = *ws[i];
+      if (prompt_f16_ && w.type == GgmlType::Q4_K && w.n_in % 256 == 0 && matrices_.count(w.data) != 0)
+        f32_product(w, dequantized(w, false), x, rows, ys[i], /*f16_x=*/true);
+      else
+        matmul(w, x, rows, ys[i]);
     }
-    const Weight wf{GgmlType::F32, w.n_in, w.n_out, f.data(), size_t(w.n_in) * 4};
-    if (!cuda_rounds_to_f16(w, as_matrix)) return cpu_->matmul(wf, x, rows, y);
-    std::vector<float> xh(x, x + size_t(rows) * size_t(w.n_in));
-    for (float& v : xh) v = round_f16(v);
-    cpu_->matmul(wf, xh.data(), rows, y);
   }
   void embed(const Weight& t, const int32_t* tok, int rows, float* out) override { cpu_->embed(t, tok, rows, out); }
   void rms_norm(const float* x, size_t xs, const float* w, int n, int dim, float eps, float* out, size_t os) override {
@@ -1580,8 +1583,28 @@ class DequantizedCpu final : public Backend {
   }
 
  private:
+  // w's rows dequantized to f32 (to_f16: then rounded to f16), made once per weight and rounding.
+  const std::vector<float>& dequantized(const Weight& w, bool to_f16) {
+    auto& f = (to_f16 ? f16_ : f32_)[w.data];
+    if (f.empty()) {
+      f.resize(size_t(w.n_in * w.n_out));
+      for (int64_t o = 0; o < w.n_out; ++o)
+        dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + o * w.row_bytes, f.data() + o * w.n_in, w.n_in);
+      if (to_f16)
+        for (float& v : f) v = round_f16(v);
+    }
+    return f;
+  }
+  void f32_product(const Weight& w, const std::vector<float>& f, const float* x, int rows, float* y, bool f16_x) {
+    const Weight wf{GgmlType::F32, w.n_in, w.n_out, f.data(), size_t(w.n_in) * 4};
+    if (!f16_x) return cpu_->matmul(wf, x, rows, y);
+    std::vector<float> xh(x, x + size_t(rows) * size_t(w.n_in));
+    for (float& v : xh) v = round_f16(v);
+    cpu_->matmul(wf, xh.data(), rows, y);
+  }
   std::unique_ptr<Backend> cpu_;
-  std::map<const void*, std::vector<float>> f32_;
+  bool prompt_f16_;
+  std::map<const void*, std::vector<float>> f32_, f16_;  // dequantized weights, as is and rounded to f16
   std::set<const void*> matrices_;  // data of the weights bound through upload_matrix
 };
 
@@ -1782,11 +1805,11 @@ TEST(CudaModelBatch, TwoSequencesInOneBatchMatchSeparateRuns) {
 }
 
 
-// Prompt rows of prefill-form segments (>= 32 rows, not speculative) go through the backend's
+// Prompt rows of long prompt segments (>= 128 rows, not speculative) go through the backend's
 // prompt products (on a Hopper GPU: f16 GEMMs for Q4_K tiles, other bits than decode rows), run
-// by run: a batch of a 40-token prompt, a 3-token one (ordinary products) and a 36-token one
+// by run: a batch of a 140-token prompt, a 3-token one (ordinary products) and a 130-token one
 // gives each sequence exactly the logits it gets alone, and the f16 path was taken where it runs.
-// Against the CPU the prompt logits are checked by the model tests above (q4_k, 40 tokens).
+// Against the CPU: CudaModel.LongPromptLogitsMatchCpu.
 TEST(CudaModelBatch, PromptProductsRunBySegment) {
   if (!have_gpu()) GTEST_SKIP() << kNoGpu;
   test::TempDir dir;
@@ -1800,11 +1823,11 @@ TEST(CudaModelBatch, PromptProductsRunBySegment) {
   auto file = gguf::File::open(mo.output);
   CudaGraphBackend gpu(0);
   TargetModel tm(*file, gpu, ModelOptions{});
-  std::vector<std::vector<int32_t>> prompts = {std::vector<int32_t>(40), {100, 90, 80}, std::vector<int32_t>(36)};
+  std::vector<std::vector<int32_t>> prompts = {std::vector<int32_t>(140), {100, 90, 80}, std::vector<int32_t>(130)};
   for (size_t p : {size_t(0), size_t(2)})
     for (size_t i = 0; i < prompts[p].size(); ++i) prompts[p][i] = int32_t((i * 31 + 7 * p + 3) % 200);
   auto alone = [&](const std::vector<int32_t>& t) {
-    auto st = tm.make_state(1, 64);
+    auto st = tm.make_state(1, 256);
     const int s = st->create();
     Batch b;
     ForwardOutput out;
@@ -1816,8 +1839,8 @@ TEST(CudaModelBatch, PromptProductsRunBySegment) {
   std::vector<std::vector<float>> each;
   for (const auto& t : prompts) each.push_back(alone(t));
   if (cuda::deq_wgmma_runs())
-    EXPECT_GT(gpu.prompt_f16_products(), f16_before) << "the 40- and 36-token prompts took the f16 products";
-  auto st = tm.make_state(3, 64);
+    EXPECT_GT(gpu.prompt_f16_products(), f16_before) << "the 140- and 130-token prompts took the f16 products";
+  auto st = tm.make_state(3, 256);
   Batch b;
   for (const auto& t : prompts) {
     const int s = st->create();
@@ -1833,6 +1856,43 @@ TEST(CudaModelBatch, PromptProductsRunBySegment) {
   }
 }
 
+// A 160-token prompt on CUDA (prompt products: on a Hopper GPU f16 GEMMs for the Q4_K matrices)
+// against DequantizedCpu, which mirrors that choice (fp32 products of the dequantized weights
+// with f16 activations there, the 8-bit CPU products elsewhere): the prompt logits agree within
+// the model bounds of LogitsAndGreedyMatchCpu for these types (the LM head and the other types'
+// products keep 8-bit activations on both sides), and nearly every row's argmax agrees.
+TEST(CudaModel, LongPromptLogitsMatchCpu) {
+  if (!have_gpu()) GTEST_SKIP() << kNoGpu;
+  for (const char* type : {"q4_k", "mix-q4_k_m"}) {
+    test::TempDir dir;
+    MakeModelOptions mo;
+    mo.arch = "qwen35";
+    mo.type = type;
+    mo.seed = 3;
+    mo.output = dir.file("m.gguf");
+    mo.log = [](const std::string&) {};
+    make_model(mo);
+    auto file = gguf::File::open(mo.output);
+    CudaGraphBackend gpu(0);
+    DequantizedCpu ref_be;
+    TargetModel tg(*file, gpu, ModelOptions{}), tr(*file, ref_be, ModelOptions{});
+    const int V = tg.hparams().n_vocab;
+    std::vector<int32_t> prompt(160);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 53 + 5) % size_t(V));
+    const int64_t f16_before = gpu.prompt_f16_products();
+    const GreedyRun g = run_greedy(tg, prompt, 1), r = run_greedy(tr, prompt, 1);
+    if (cuda::deq_wgmma_runs()) EXPECT_GT(gpu.prompt_f16_products(), f16_before) << type;
+    const auto [mx, l2] = logit_errors(g.prompt_logits, r.prompt_logits);
+    int agree = 0;
+    for (size_t i = 0; i < prompt.size(); ++i)
+      agree += argmax(&g.prompt_logits[i * size_t(V)], size_t(V)) == argmax(&r.prompt_logits[i * size_t(V)], size_t(V));
+    std::cout << "[cuda-model] long prompt " << type << " vs f32-cpu (mirrored prompt products): max_rel=" << mx
+              << " rel_l2=" << l2 << " argmax " << agree << "/" << prompt.size() << "\n";
+    EXPECT_LT(mx, 0.6) << type;
+    EXPECT_LT(l2, 5e-2) << type;
+    EXPECT_GE(agree, int(prompt.size()) * 9 / 10) << type;
+  }
+}
 // DFlash speculation on CUDA: greedy output token-identical to plain CUDA decoding with a random
 // drafter (mostly rejections: rollback every step) and with drafts scripted from the plain
 // continuation (long acceptances), block 8; the per-row checkpoints and commit copies run on the

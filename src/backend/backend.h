@@ -289,8 +289,9 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads);
 // The CUDA backend on GPU `device` (0-based). Throws df::Error when this build has no CUDA
 // backend (configured with DELTAFLASH_CUDA off) or the device cannot be used. cuda_graphs:
 // steps (begin_step/end_step) are replayed as CUDA graphs (backend/cuda/cuda_graphs.h);
-// false launches every op directly. tiles: CudaBackend's option of the name.
-std::unique_ptr<Backend> make_cuda_backend(int device, bool cuda_graphs = true, bool tiles = true);
+// false launches every op directly. tiles, prompt_f16: CudaBackend's options of the names.
+std::unique_ptr<Backend> make_cuda_backend(int device, bool cuda_graphs = true, bool tiles = true,
+                                           bool prompt_f16 = true);
 // Usable CUDA devices: 0 when this build has no CUDA backend, or no driver or GPU is present.
 int cuda_device_count();
 

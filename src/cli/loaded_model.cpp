@@ -50,7 +50,7 @@ std::unique_ptr<Backend> make_backend(const LoadOptions& opt) {
     }
     const int n = cuda_device_count();
     if (index >= n) fail("--device '{}': {} CUDA device(s) available", opt.device, n);
-    return make_cuda_backend(index, opt.cuda_graphs == "on", opt.weight_layout == "tiles");
+    return make_cuda_backend(index, opt.cuda_graphs == "on", opt.weight_layout == "tiles", opt.prefill_matmul == "f16");
   }
   fail("--device must be auto, cpu, cuda or cuda:N, not '{}'", opt.device);
 }
@@ -74,6 +74,13 @@ void add_backend_flags(CLI::App* cmd, LoadOptions& opt) {
                   "integer kernels, with the CPU's 8-bit activations, else the f16 ones); gguf: kept in the "
                   "file's row layout (no effect on the CPU)")
       ->check(CLI::IsMember({"tiles", "gguf"}))
+      ->capture_default_str();
+  cmd->add_option("--prefill-matmul", opt.prefill_matmul,
+                  "f16: on a Hopper GPU (sm_90a), prompt segments of 128 or more tokens multiply tiled Q4_K "
+                  "matrices as an f16 tensor-core GEMM on dequantized weights (faster prefill; those rows' sums "
+                  "differ from decode rows' by rounding); int8: the integer kernels decode uses (prompt rows "
+                  "bit-identical to decode rows). Decode and verify rows always take the integer kernels")
+      ->check(CLI::IsMember({"f16", "int8"}))
       ->capture_default_str();
 }
 

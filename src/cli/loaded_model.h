@@ -39,9 +39,10 @@ struct LoadOptions {
   bool profile = false;         // wrap the backend in a ProfilingBackend (bench)
   std::string cuda_graphs = "on";  // on: CUDA steps replay as CUDA graphs | off: direct launches
   std::string weight_layout = "tiles";  // tiles: Q4_K, Q5_K, IQ4_XS, Q8_0 repacked for the CUDA kernels | gguf: as in the file
+  std::string prefill_matmul = "f16";   // f16: long prompt chunks' Q4_K products as an f16 GEMM (Hopper) | int8: decode's kernels
 };
 
-// Adds --device, --threads, --kv-type, --cuda-graphs and --weight-layout to a subcommand.
+// Adds --device, --threads, --kv-type, --cuda-graphs, --weight-layout and --prefill-matmul to a subcommand.
 void add_backend_flags(CLI::App* cmd, LoadOptions& opt);
 
 LoadedModel load_model(const std::string& path, const LoadOptions& opt);

@@ -17,6 +17,10 @@ namespace {
 // Segments at least this long use the chunked DeltaNet form (prefill); shorter ones the
 // recurrent form (decode, verify). Both give the same result to fp32 round-off.
 constexpr int kChunkedMinRows = 32;
+// Prefill segments at least this long take the backend's prompt products (on CUDA an f16 GEMM
+// that pays from about here: a 512-row chunk of the 27B shape 107 ms vs 167 on the integer
+// kernels, a 32-row one 36 vs 25, H100, docs/performance.md session 12).
+constexpr int kPromptProductMinRows = 128;
 }  // namespace
 
 struct TargetModel::Scratch : BackendBuffers {
@@ -30,9 +34,11 @@ struct TargetModel::Scratch : BackendBuffers {
   struct Segment {
     int seq, begin, n;
     bool speculative;
-    // Prompt rows in the prefill form: the chunked DeltaNet and the backend's prompt products
-    // (which may give them other bits than decode rows; speculation never sees these rows).
+    // Prompt rows in the prefill form: the chunked DeltaNet.
     bool prefill() const { return !speculative && n >= kChunkedMinRows; }
+    // Long prompt segments: the backend's prompt products, which may give them other bits than
+    // decode rows (speculation never sees these rows).
+    bool prompt_products() const { return prefill() && n >= kPromptProductMinRows; }
   };
   std::vector<Segment> segs;
   // Consecutive segments of one product kind (products()).
@@ -142,8 +148,8 @@ void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& 
   }
   s.runs.clear();
   for (const auto& sg : s.segs) {
-    if (!s.runs.empty() && s.runs.back().prompt == sg.prefill()) s.runs.back().n += sg.n;
-    else s.runs.push_back({sg.begin, sg.n, sg.prefill()});
+    if (!s.runs.empty() && s.runs.back().prompt == sg.prompt_products()) s.runs.back().n += sg.n;
+    else s.runs.push_back({sg.begin, sg.n, sg.prompt_products()});
   }
   for (const auto& sg : s.segs) {
     Sequence& q = st.get(sg.seq);

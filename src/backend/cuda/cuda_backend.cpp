@@ -627,12 +627,12 @@ int cuda_device_count() {
   return n;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device, bool cuda_graphs, bool tiles) {
+std::unique_ptr<Backend> make_cuda_backend(int device, bool cuda_graphs, bool tiles, bool prompt_f16) {
   const int n = cuda_device_count();
   if (n == 0) fail("no CUDA device is available (no GPU, or no driver)");
   if (device < 0 || device >= n) fail("CUDA device {} does not exist ({} device{} present)", device, n, n == 1 ? "" : "s");
-  if (cuda_graphs) return std::make_unique<CudaGraphBackend>(device, true, tiles);
-  return std::make_unique<CudaBackend>(device, true, tiles);
+  if (cuda_graphs) return std::make_unique<CudaGraphBackend>(device, true, tiles, prompt_f16);
+  return std::make_unique<CudaBackend>(device, true, tiles, prompt_f16);
 }
 
 }  // namespace df

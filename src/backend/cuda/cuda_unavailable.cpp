@@ -8,7 +8,7 @@ namespace df {
 
 int cuda_device_count() { return 0; }
 
-std::unique_ptr<Backend> make_cuda_backend(int, bool, bool) {
+std::unique_ptr<Backend> make_cuda_backend(int, bool, bool, bool) {
   fail("this build of deltaflash has no CUDA backend (configure with -DDELTAFLASH_CUDA=ON where nvcc is installed)");
 }
 
