@@ -1764,32 +1764,39 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaModel,
                            return s;
                          });
 
+// A tiny random-weight model of arch and type, written into dir and opened.
+std::unique_ptr<gguf::File> tiny_model(test::TempDir& dir, const char* arch, const char* type, uint64_t seed) {
+  MakeModelOptions mo;
+  mo.arch = arch;
+  mo.type = type;
+  mo.seed = seed;
+  mo.output = dir.file("m.gguf");
+  mo.log = [](const std::string&) {};
+  make_model(mo);
+  return gguf::File::open(mo.output);
+}
+
+// Every row's logits of tokens as the prompt of a fresh one-sequence state of ctx positions.
+std::vector<float> logits_alone(TargetModel& tm, const std::vector<int32_t>& tokens, int ctx) {
+  auto st = tm.make_state(1, ctx);
+  const int s = st->create();
+  Batch b;
+  ForwardOutput out;
+  for (size_t i = 0; i < tokens.size(); ++i) b.add(s, int(i), tokens[i], true);
+  tm.forward(b, *st, out);
+  return out.logits;
+}
+
 // Two sequences in one batch on CUDA match separate runs (block tables switch per segment).
 TEST(CudaModelBatch, TwoSequencesInOneBatchMatchSeparateRuns) {
   if (!have_gpu()) GTEST_SKIP() << kNoGpu;
   test::TempDir dir;
-  MakeModelOptions mo;
-  mo.arch = "qwen35";
-  mo.type = "q8_0";
-  mo.seed = 8;
-  mo.output = dir.file("m.gguf");
-  mo.log = [](const std::string&) {};
-  make_model(mo);
-  auto file = gguf::File::open(mo.output);
+  auto file = tiny_model(dir, "qwen35", "q8_0", 8);
   auto gpu = make_cuda_backend(0);
   TargetModel tm(*file, *gpu, ModelOptions{});
   const std::vector<int32_t> x = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22},
                              y = {100, 90, 80};
-  auto alone = [&](const std::vector<int32_t>& t) {
-    auto st = tm.make_state(1, 64);
-    const int s = st->create();
-    Batch b;
-    ForwardOutput out;
-    for (size_t i = 0; i < t.size(); ++i) b.add(s, int(i), t[i], true);
-    tm.forward(b, *st, out);
-    return out.logits;
-  };
-  const auto ax = alone(x), ay = alone(y);
+  const auto ax = logits_alone(tm, x, 64), ay = logits_alone(tm, y, 64);
   auto st = tm.make_state(2, 64);
   const int sx = st->create(), sy = st->create();
   Batch b;
@@ -1813,31 +1820,15 @@ TEST(CudaModelBatch, TwoSequencesInOneBatchMatchSeparateRuns) {
 TEST(CudaModelBatch, PromptProductsRunBySegment) {
   if (!have_gpu()) GTEST_SKIP() << kNoGpu;
   test::TempDir dir;
-  MakeModelOptions mo;
-  mo.arch = "qwen35";
-  mo.type = "q4_k";
-  mo.seed = 9;
-  mo.output = dir.file("m.gguf");
-  mo.log = [](const std::string&) {};
-  make_model(mo);
-  auto file = gguf::File::open(mo.output);
+  auto file = tiny_model(dir, "qwen35", "q4_k", 9);
   CudaGraphBackend gpu(0);
   TargetModel tm(*file, gpu, ModelOptions{});
   std::vector<std::vector<int32_t>> prompts = {std::vector<int32_t>(140), {100, 90, 80}, std::vector<int32_t>(130)};
   for (size_t p : {size_t(0), size_t(2)})
     for (size_t i = 0; i < prompts[p].size(); ++i) prompts[p][i] = int32_t((i * 31 + 7 * p + 3) % 200);
-  auto alone = [&](const std::vector<int32_t>& t) {
-    auto st = tm.make_state(1, 256);
-    const int s = st->create();
-    Batch b;
-    ForwardOutput out;
-    for (size_t i = 0; i < t.size(); ++i) b.add(s, int(i), t[i], true);
-    tm.forward(b, *st, out);
-    return out.logits;
-  };
   const int64_t f16_before = gpu.prompt_f16_products();
   std::vector<std::vector<float>> each;
-  for (const auto& t : prompts) each.push_back(alone(t));
+  for (const auto& t : prompts) each.push_back(logits_alone(tm, t, 256));
   if (cuda::deq_wgmma_runs())
     EXPECT_GT(gpu.prompt_f16_products(), f16_before) << "the 140- and 130-token prompts took the f16 products";
   auto st = tm.make_state(3, 256);
@@ -1865,14 +1856,7 @@ TEST(CudaModel, LongPromptLogitsMatchCpu) {
   if (!have_gpu()) GTEST_SKIP() << kNoGpu;
   for (const char* type : {"q4_k", "mix-q4_k_m"}) {
     test::TempDir dir;
-    MakeModelOptions mo;
-    mo.arch = "qwen35";
-    mo.type = type;
-    mo.seed = 3;
-    mo.output = dir.file("m.gguf");
-    mo.log = [](const std::string&) {};
-    make_model(mo);
-    auto file = gguf::File::open(mo.output);
+    auto file = tiny_model(dir, "qwen35", type, 3);
     CudaGraphBackend gpu(0);
     DequantizedCpu ref_be;
     TargetModel tg(*file, gpu, ModelOptions{}), tr(*file, ref_be, ModelOptions{});

@@ -78,8 +78,8 @@ void add_backend_flags(CLI::App* cmd, LoadOptions& opt) {
   cmd->add_option("--prefill-matmul", opt.prefill_matmul,
                   "f16: on a Hopper GPU (sm_90a), prompt segments of 128 or more tokens multiply tiled Q4_K "
                   "matrices as an f16 tensor-core GEMM on dequantized weights (faster prefill; those rows' sums "
-                  "differ from decode rows' by rounding); int8: the integer kernels decode uses (prompt rows "
-                  "bit-identical to decode rows). Decode and verify rows always take the integer kernels")
+                  "differ from decode rows' by rounding); int8: the integer kernels decode uses (prompt rows' "
+                  "products get decode rows' bits). Decode and verify rows always take the integer kernels")
       ->check(CLI::IsMember({"f16", "int8"}))
       ->capture_default_str();
 }
