@@ -215,8 +215,10 @@ void Engine::step_one(Active& a) {
 // Several requests in one forward: each decoding request commits its next token and adds one
 // row for the logits after it, or, when its policy speculates, the token and a drafted block to
 // verify; prefilling requests add prompt chunks with the rows left. The kernels compute every
-// row as they would alone (batch-invariant), so a greedy request's tokens do not depend on what
-// it shares the step with (a sampling one's follow the same distribution).
+// row as they would alone (batch-invariant), so a greedy request's decoded tokens do not depend
+// on what it shares the step with (a sampling one's follow the same distribution). Its prompt's
+// chunks do (the rows left), and a chunk's length picks its forms (chunked DeltaNet from 32 rows,
+// the backend's prompt products from 128: TargetModel's forward), which agree to rounding.
 void Engine::step_batched() {
   step_t0_ = now_seconds();
   step_timer_.restart();
