@@ -38,6 +38,10 @@
 #                                     --long: with --bench, also prompt tok/s at 4096 and 16384
 #                                     tokens, and decode after 1024 and 32768 tokens of context
 #                                     (appended to bench_<type>.txt)
+#                                     --prefill-ab: with --bench, also prompts of 128, 256 and 512
+#                                     tokens (one chunk each) with --prefill-matmul int8 and f16,
+#                                     for the prompt products' row threshold (appended to
+#                                     bench_<type>.txt)
 #                                     --kernels: every CUDA matmul kernel alone on 27B-shaped
 #                                     weights, 1-32 rows (bench/matmul_kernels.cpp; kernels.txt)
 #                                     --llama: with --bench, also build llama.cpp's llama-bench for
@@ -83,6 +87,7 @@ SERVE=0
 KERNELS=0
 LLAMA=0
 LONG=0
+PREFILL_AB=0
 MODELS=mix-q4_k_m,q8_0
 FILTER='*'
 SHAPE=27b
@@ -99,6 +104,7 @@ while [ $# -gt 0 ]; do
     --kernels) KERNELS=1 ;;
     --llama) LLAMA=1 ;;
     --long) LONG=1 ;;
+    --prefill-ab) PREFILL_AB=1 ;;
     --models) MODELS=$2; shift ;;
     --shape) SHAPE=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
@@ -242,9 +248,10 @@ cuda_rc=0
 test_limit=420
 n_models=$(echo "${MODELS//,/ }" | wc -w)
 # A model's bench with its --weight-layout gguf rerun ~90 s, --ncu ~90 s a model, --llama ~60 s a
-# model (its build overlaps the run), --spec ~60 s, --kernels ~80 s (H200, session 9).
+# model (its build overlaps the run), --spec ~60 s, --kernels ~80 s (H200, session 9);
+# --prefill-ab ~90 s a model (an estimate: six model loads).
 bench_reserve=$(( 20 + 90 * n_models + (NCU == 1 ? 90 * n_models : 0) + (LLAMA == 1 ? 60 * n_models : 0) +
-  (SPEC == 1 ? 60 : 0) + (KERNELS == 1 ? 80 : 0) ))
+  (SPEC == 1 ? 60 : 0) + (KERNELS == 1 ? 80 : 0) + (PREFILL_AB == 1 ? 90 * n_models : 0) ))
 [ "$BENCH" = 1 ] && test_limit=$(( $(left) - bench_reserve ))
 [ "$test_limit" -lt 60 ] && test_limit=60
 timeout "$test_limit" "$BUILD/tests/test_cuda_ops" --gtest_filter="$FILTER" --gtest_output="xml:$LOG/test_cuda_ops.xml" \
@@ -321,6 +328,18 @@ if [ "$BENCH" = 1 ]; then
           >>"$LOG/bench_$t.txt" 2>&1 || echo "gpu-check: tg at depth $d rc=$?"
         echo "gpu-check: tg32 at depth $d, $t ($(elapsed))"
       done
+    fi
+    if [ "$PREFILL_AB" = 1 ]; then
+      echo "### prompt products: --prefill-matmul int8 vs f16, one chunk" >>"$LOG/bench_$t.txt"
+      for p in 128 256 512; do
+        for m in int8 f16; do
+          [ "$(left)" -gt 45 ] || break 2
+          echo "prefill-matmul $m, $p tokens:" >>"$LOG/bench_$t.txt"
+          timeout $(( $(left) - 30 )) "$BUILD/deltaflash" bench -m "$f" -p "$p" -b "$p" -n 1 -r 3 --device cuda \
+            --prefill-matmul "$m" 2>&1 | grep -E "\| pp$p " >>"$LOG/bench_$t.txt" || echo "gpu-check: pp$p $m failed"
+        done
+      done
+      echo "gpu-check: prefill A/B $t ($(elapsed))"
     fi
     [ "$LLAMA" = 1 ] || rm -f "$f"  # with --llama, kept for the peer's run at the end
   done
