@@ -48,7 +48,8 @@
 #                                     sm_90 from third_party/llama-src.tar.xz (carry it: made by
 #                                     bench/pack-llama-source.sh; built in the background during
 #                                     the whole run) and run it last on the same model files (kept
-#                                     until then), flash attention on: pp512 / pp4096 / tg32, and
+#                                     until then), flash attention on: pp512 / pp4096 (and pp16384
+#                                     with --long) / tg32, and
 #                                     tg32 after 32768 tokens when time is left (llama_<type>.txt)
 #                                     --filter F: gtest filter for the CUDA tests (default all)
 #                                     --budget S: seconds the whole script may take (default
@@ -405,8 +406,9 @@ if [ "$LLAMA" = 1 ] && [ "$BENCH" = 1 ]; then
     f="$MODEL_DIR/m27-$t.gguf"
     [ -f "$f" ] || continue
     if [ -x "$LLAMA_BENCH" ] && [ "$(left)" -gt 60 ]; then
-      timeout $(( $(left) - 20 )) "$LLAMA_BENCH" -m "$f" -p 512,4096 -n 32 -fa on -ngl 99 -r 2 -o md \
-        >"$LOG/llama_$t.txt" 2>&1 || echo "gpu-check: llama-bench rc=$?"
+      # (with --long, also a 16384-token prompt, as our bench's)
+      timeout $(( $(left) - 20 )) "$LLAMA_BENCH" -m "$f" -p "512,4096$([ "$LONG" = 1 ] && echo ,16384)" -n 32 -fa on \
+        -ngl 99 -r 2 -o md >"$LOG/llama_$t.txt" 2>&1 || echo "gpu-check: llama-bench rc=$?"
       if [ "$(left)" -gt 120 ]; then  # generation after 32768 tokens of context, as bench -d
         timeout $(( $(left) - 20 )) "$LLAMA_BENCH" -m "$f" -p 0 -n 32 -d 32768 -fa on -ngl 99 -r 1 -o md \
           >>"$LOG/llama_$t.txt" 2>&1 || echo "gpu-check: llama-bench at depth rc=$?"
