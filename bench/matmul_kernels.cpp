@@ -292,6 +292,7 @@ int main(int argc, char** argv) {
           // on sm_90a), their activation conversion included.
           deq("f16 GEMM on dequantized tiles (deq_gemm.cu)", df::cuda::deq_gemm_group),
           deq("f16 wgmma GEMM on dequantized tiles (deq_wgmma.cu)", df::cuda::deq_wgmma_group),
+          deq("f16 wgmma GEMM on dequantized tiles, 128-output blocks (deq_wgmma.cu)", df::cuda::deq_wgmma_narrow_group),
           {"mma (f16 tensor cores)", df::cuda::mma_supports(w0), 1, max_rows, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
           {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, kMvMaxRows, nullptr,

@@ -858,9 +858,11 @@ TEST_F(CudaOps, Q80GemmRowsEqualDecodeRows) {
 // 15 d sc + dmin m), the f16 activation (2^-11 |x|) and fp32 sums. Then batch invariance among
 // fn's own calls: rows in calls of 33 and 130 rows starting elsewhere give the same bits as in
 // the full call. With vs_deq_gemm, also each output within the same bound of deq_gemm's (both
-// multiply the same f16 bits; only the fp32 summation order differs).
+// multiply the same f16 bits; only the fp32 summation order differs); with same_bits_as, every
+// output the same bits as that function's.
 using DeqGroupFn = void (*)(const Weight* const*, float* const*, int, const float*, int, void*, cudaStream_t);
-void expect_deq_q4k_products(Backend& gpu, DeqGroupFn fn, const std::string& name, bool vs_deq_gemm) {
+void expect_deq_q4k_products(Backend& gpu, DeqGroupFn fn, const std::string& name, bool vs_deq_gemm,
+                             DeqGroupFn same_bits_as = nullptr) {
   const int64_t n_in = 2048;
   const int64_t n_outs[2] = {300, 130};
   std::vector<HostWeight> hws;
@@ -945,6 +947,14 @@ void expect_deq_q4k_products(Backend& gpu, DeqGroupFn fn, const std::string& nam
         c.add(all[size_t(i)][e], double(base[size_t(i)][e]), tols[size_t(i)][e], e);
     }
   }
+  if (same_bits_as != nullptr) {
+    std::vector<std::vector<float>> other;
+    run(same_bits_as, 0, rows, other);
+    if (::testing::Test::HasFatalFailure()) return;
+    for (int i = 0; i < 2; ++i)
+      EXPECT_EQ(std::memcmp(other[size_t(i)].data(), all[size_t(i)].data(), all[size_t(i)].size() * sizeof(float)), 0)
+          << name << " weight " << i << ": not the same bits as the other block shape";
+  }
   for (auto [r0, n] : {std::pair{0, 33}, std::pair{1, 130}, std::pair{167, 133}}) {
     std::vector<std::vector<float>> part;
     run(fn, r0, n, part);
@@ -964,9 +974,12 @@ TEST_F(CudaOps, DeqGemmQ4kAgainstExactAndBatchInvariant) {
   expect_deq_q4k_products(gpu(), cuda::deq_gemm_group, "deq_gemm", /*vs_deq_gemm=*/false);
 }
 
-// The same checks for the wgmma version (deq_wgmma.cu, sm_90a), plus its outputs against deq_gemm's.
+// The same checks for the wgmma version (deq_wgmma.cu, sm_90a), plus its outputs against deq_gemm's;
+// its one-warpgroup blocks give the same bits as the routed two-warpgroup ones.
 TEST_F(CudaOps, DeqWgmmaQ4kAgainstExactAndBatchInvariant) {
   expect_deq_q4k_products(gpu(), cuda::deq_wgmma_group, "deq_wgmma", /*vs_deq_gemm=*/true);
+  expect_deq_q4k_products(gpu(), cuda::deq_wgmma_narrow_group, "deq_wgmma narrow", /*vs_deq_gemm=*/true,
+                          cuda::deq_wgmma_group);
 }
 
 // Rows beyond f16's range (|x| >= 65504, as large models' SwiGLU outputs can be) on the f16

@@ -22,7 +22,8 @@
 // tiles mt; warp q of a warpgroup takes tiles 8 cw + 4 mt + q. Per slice and m64 tile:
 // dequantize the A fragments (16 registers), wgmma.fence, four m64n128k16 (A registers, B
 // descriptor), commit, then wait until all but the newest group have completed (wait_group 1),
-// which frees the other tile's A registers. fp32 sums: 2 x 64 registers a thread.
+// which frees the other tile's A registers. fp32 sums: 2 x 64 registers a thread. (A variant of
+// one warpgroup a block, 128 outputs, two blocks an SM: Shape below; deq_wgmma_narrow_group.)
 // Scales: the four lanes of a row pair need the same four (row, sub-block) scales; lane c
 // computes one of them (row g + 8 (c % 2), sub-block 2 pair + c / 2) and the others come by
 // shuffle.
@@ -64,22 +65,29 @@ namespace df::cuda {
 
 namespace {
 
-constexpr int kBM = 256, kBN = 128, kBK = 64;  // outputs, activation rows, elements per slice
-constexpr int kWg = 128;                       // threads of a warpgroup
-constexpr int kThreads = 2 * kWg;
-constexpr int kTiles = kBM / kQ4kTileRows;     // weight tiles a block
-constexpr int kStages = 7, kAhead = kStages - 2;  // slices in the ring; slices copied ahead
-constexpr int kAcc = kBN / 2;                  // fp32 sums a thread per m64n128 tile
+constexpr int kBN = 128, kBK = 64;  // activation rows a block, elements per slice
+constexpr int kWg = 128;            // threads of a warpgroup
+constexpr int kAcc = kBN / 2;       // fp32 sums a thread per m64n128 tile
+constexpr int kB = 0;               // a stage's activations (swizzled) start here
+constexpr int kAtom = int(wgmma::kAtomBytes);
 static_assert(kBK == int(wgmma::kRowElems), "a slice is one swizzled row");
 
-constexpr int kB = 0;                                          // activations, swizzled
-constexpr int kQ = kB + kBN * int(wgmma::kRowBytes);           // quants
-constexpr int kH = kQ + kTiles * kQ4kTileQuantStride;          // headers
-constexpr int kStageBytes = kH + kTiles * kQ4kTileRows * 16;
-constexpr int kAtom = int(wgmma::kAtomBytes);
-constexpr int kSmemBytes = kStages * kStageBytes + kAtom;      // + room to align the base
-static_assert(kStageBytes % kAtom == 0, "every stage starts on the swizzle's 1024-byte repeat");
-static_assert(kSmemBytes <= 227 * 1024, "one block an SM");
+// A block of kWgs warpgroups: 128 kWgs outputs (8 kWgs weight tiles) x kBN activation rows.
+// Two warpgroups (the routed shape) share each activation tile between 256 outputs, one block
+// an SM; one warpgroup fits two blocks an SM (5 stages of 22 KiB each), twice the blocks for
+// prompts whose 256-output blocks fill the SMs unevenly (the same sums: each output's k16 steps
+// and fragments do not depend on the block shape).
+template <int kWgs>
+struct Shape {
+  static constexpr int kBM = 128 * kWgs, kThreads = kWg * kWgs, kTiles = kBM / kQ4kTileRows;
+  static constexpr int kStages = kWgs == 2 ? 7 : 5, kAhead = kStages - 2;  // slices in the ring; copied ahead
+  static constexpr int kQ = kB + kBN * int(wgmma::kRowBytes);              // quants
+  static constexpr int kH = kQ + kTiles * kQ4kTileQuantStride;             // headers
+  static constexpr int kStageBytes = kH + kTiles * kQ4kTileRows * 16;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kAtom;         // + room to align the base
+  static_assert(kStageBytes % kAtom == 0, "every stage starts on the swizzle's 1024-byte repeat");
+  static_assert(kSmemBytes * (3 - kWgs) <= 228 * 1024 && kSmemBytes <= 227 * 1024, "blocks an SM");
+};
 
 #ifdef DF_DEQ_WGMMA
 // Orders this thread's generic-proxy writes to shared memory (its cp.async copies once waited
@@ -142,10 +150,15 @@ __device__ __forceinline__ void pair_scale(const uint8_t* hdr, int hi, __half2& 
 }
 #endif  // DF_DEQ_WGMMA
 
-__global__ void __launch_bounds__(kThreads, 1)
+template <int kWgs>
+__global__ void __launch_bounds__(kWg * kWgs, 3 - kWgs)
     deq_wgmma_q4k_kernel(const Segments segs, int n_sb, const __half* __restrict__ xh, const int* __restrict__ row_shift,
                          int n_in, int rows_pad, int rows) {
 #ifdef DF_DEQ_WGMMA
+  using S = Shape<kWgs>;
+  constexpr int kBM = S::kBM, kThreads = S::kThreads, kTiles = S::kTiles, kStages = S::kStages, kAhead = S::kAhead;
+  constexpr int kQ = S::kQ, kH = S::kH, kStageBytes = S::kStageBytes;
+  constexpr int kWarps = kThreads / kWarp;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw_s = uint32_t(__cvta_generic_to_shared(smem_raw));
   const uint32_t pad = (uint32_t(kAtom) - raw_s % uint32_t(kAtom)) % uint32_t(kAtom);
@@ -157,14 +170,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n_slices = n_sb * 4;
 
   // Slice k (super-block k / 4, pair k % 4) of the block's tiles into stage st: warp w copies
-  // the pair's 512-byte quant word of tiles w and w + 8 (lane l: bytes 16 l ..), thread t header
-  // chunk t % 16 of tile t / 16. Tiles past the weight's end come in as zeros.
+  // the pair's 512-byte quant word of tiles w and w + kWarps (lane l: bytes 16 l ..), thread t
+  // header chunk t % 16 of tile t / 16. Tiles past the weight's end come in as zeros.
+  static_assert(kTiles == 2 * kWarps && kTiles * 16 == kThreads, "two tiles' quants a warp, one header chunk a thread");
   const size_t tile_stride = size_t(n_sb) * kQ4kTileBytes;
   const uint8_t* const w0 = bs.w + size_t(bs.o0 / kQ4kTileRows) * tile_stride;
   const int64_t live_tiles = (bs.n_out - bs.o0 + kQ4kTileRows - 1) / kQ4kTileRows;  // may exceed kTiles
-  const bool q_live[2] = {warp < live_tiles, warp + 8 < live_tiles}, h_live = tid / 16 < live_tiles;
+  const bool q_live[2] = {warp < live_tiles, warp + kWarps < live_tiles}, h_live = tid / 16 < live_tiles;
   const uint8_t* const q_src[2] = {q_live[0] ? w0 + size_t(warp) * tile_stride + 16 * lane : bs.w,
-                                   q_live[1] ? w0 + size_t(warp + 8) * tile_stride + 16 * lane : bs.w};
+                                   q_live[1] ? w0 + size_t(warp + kWarps) * tile_stride + 16 * lane : bs.w};
   const uint8_t* const h_src = h_live ? w0 + size_t(tid / 16) * tile_stride + kQ4kTileHeaders + 16 * (tid % 16) : bs.w;
   const uint32_t q_dst = kQ + warp * kQ4kTileQuantStride + 16 * lane, h_dst = kH + 16 * tid;
   auto load_w = [&](int k, int st) {
@@ -173,27 +187,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int pair = k % 4;
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      cp_async16(dst + q_dst + 8 * h * kQ4kTileQuantStride,
+      cp_async16(dst + q_dst + kWarps * h * kQ4kTileQuantStride,
                  q_src[h] + (q_live[h] ? at + kQ4kTileQuantStride * pair : 0), q_live[h]);
     cp_async16(dst + h_dst, h_src + (h_live ? at : 0), h_live);
   };
   // Activations of slice k: thread t copies 16-byte chunk t % 8 (positions 8 (t % 8) .. + 7) of
-  // rows t / 8 + 32 j (j < 4); rows past rows_pad come in as zeros.
+  // rows t / 8 + kRowsPerPass j; rows past rows_pad come in as zeros.
+  constexpr int kRowsPerPass = kThreads / 8, kPasses = kBN / kRowsPerPass;
   const int x_row = tid / 8, x_chunk = tid % 8;
   const __half* const x_src = xh + size_t(r0 + x_row) * size_t(n_in) + 8 * x_chunk;
-  const size_t x_step = size_t(32) * size_t(n_in);
-  uint32_t x_dst[kBN / 32];
-  bool x_live[kBN / 32];
+  const size_t x_step = size_t(kRowsPerPass) * size_t(n_in);
+  uint32_t x_dst[kPasses];
+  bool x_live[kPasses];
 #pragma unroll
-  for (int j = 0; j < kBN / 32; ++j) {
-    x_dst[j] = kB + wgmma::sw128_offset(uint32_t(x_row + 32 * j), uint32_t(8 * x_chunk));
-    x_live[j] = r0 + x_row + 32 * j < rows_pad;
+  for (int j = 0; j < kPasses; ++j) {
+    x_dst[j] = kB + wgmma::sw128_offset(uint32_t(x_row + kRowsPerPass * j), uint32_t(8 * x_chunk));
+    x_live[j] = r0 + x_row + kRowsPerPass * j < rows_pad;
   }
   auto load_x = [&](int k, int st) {
     const uint32_t dst = smem_s + st * kStageBytes;
     const __half* src = x_src + size_t(k) * kBK;
 #pragma unroll
-    for (int j = 0; j < kBN / 32; ++j) cp_async16(dst + x_dst[j], x_live[j] ? src + j * x_step : xh, x_live[j]);
+    for (int j = 0; j < kPasses; ++j) cp_async16(dst + x_dst[j], x_live[j] ? src + j * x_step : xh, x_live[j]);
   };
 
   // Weights first (immutable: they may load before the previous kernel ends), then the
@@ -340,16 +355,32 @@ bool deq_wgmma_runs() {
   return ok && host == 1;
 }
 
+namespace {
+
+template <int kWgs>
+void deq_wgmma_launch(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
+                      cudaStream_t s) {
+  if (n == 0 || rows == 0) return;
+  using S = Shape<kWgs>;
+  const HalfOperands h = half_operands(ws, n, x, rows, scratch, s, "deq_wgmma_group", /*fragment_order=*/true);
+  (void)raise_smem_limit<deq_wgmma_q4k_kernel<kWgs>>(S::kSmemBytes, /*carveout_max=*/true);
+  for_each_launch(ws, ys, n, [&](const Segments& segs) {
+    const Segments t = segments_in_blocks_of(segs, S::kBM);
+    launch(deq_wgmma_q4k_kernel<kWgs>, dim3(ceil_div(rows, kBN), unsigned(t.first_block[t.n])), dim3(S::kThreads),
+           S::kSmemBytes, s, t, int(h.n_in / kSb), h.xh, h.shift, int(h.n_in), h.rows_pad, rows);
+  });
+}
+
+}  // namespace
+
 void deq_wgmma_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                      cudaStream_t s) {
-  if (n == 0 || rows == 0) return;
-  const HalfOperands h = half_operands(ws, n, x, rows, scratch, s, "deq_wgmma_group", /*fragment_order=*/true);
-  (void)raise_smem_limit<deq_wgmma_q4k_kernel>(kSmemBytes, /*carveout_max=*/true);
-  for_each_launch(ws, ys, n, [&](const Segments& segs) {
-    const Segments t = segments_in_blocks_of(segs, kBM);
-    launch(deq_wgmma_q4k_kernel, dim3(ceil_div(rows, kBN), unsigned(t.first_block[t.n])), dim3(kThreads),
-           kSmemBytes, s, t, int(h.n_in / kSb), h.xh, h.shift, int(h.n_in), h.rows_pad, rows);
-  });
+  deq_wgmma_launch<2>(ws, ys, n, x, rows, scratch, s);
+}
+
+void deq_wgmma_narrow_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
+                            cudaStream_t s) {
+  deq_wgmma_launch<1>(ws, ys, n, x, rows, scratch, s);
 }
 
 }  // namespace df::cuda

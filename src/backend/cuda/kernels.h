@@ -64,6 +64,10 @@ void deq_gemm_group(const Weight* const* ws, float* const* ys, int n, const floa
 // traps). Rows batch-invariant among themselves; not routed.
 void deq_wgmma_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                      cudaStream_t s);
+// The same sums in blocks of one warpgroup (128 outputs, two blocks an SM): for prompts whose
+// 256-output blocks fill the SMs unevenly. Timed in bench/matmul_kernels; not routed yet.
+void deq_wgmma_narrow_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
+                            cudaStream_t s);
 // Whether deq_wgmma_group runs on the current device: a Hopper GPU (compute capability 9.0) and
 // sm_90a machine code in this build (a probe kernel says; synchronous, so not inside a capture).
 bool deq_wgmma_runs();
