@@ -31,8 +31,8 @@
 // 20.5 KiB each: per tile its two qh words and its scales and d (1024 + 288 bytes), copied with
 // the slice that opens the super-block and read by its four slices. Why: a qh word serves two
 // slices and the scales four; copying them per slice would cost 37 KB of L2 traffic a slice
-// against 29.8 KB (deq_wgmma.cu's Q4_K: 28 KB; those copies run near L2's rate an SM), and an
-// 8-byte copy of a qh half saves no traffic (the 32-byte sectors come whole). 186 KiB: one
+// against 29.8 KB (deq_wgmma.cu's Q4_K: 28 KB; those copies run near L2's rate an SM), and
+// 8-byte copies of the qh halves would fetch the same 32-byte sectors twice. 186 KiB: one
 // block an SM; kStages = 6 (4 slices ahead, deq_wgmma.cu 5), as 7 with three entries would not fit.
 //
 // Pipeline (deq_wgmma.cu's). Step k: wait for this thread's copies of slice k,
@@ -82,7 +82,9 @@ constexpr int kR = kStages * kStageBytes;                      // the super-bloc
 constexpr int kAtom = int(wgmma::kAtomBytes);
 constexpr int kSmemBytes = kR + kRing * kEntryBytes + kAtom;   // + room to align the base
 static_assert(kStageBytes % kAtom == 0, "every stage starts on the swizzle's 1024-byte repeat");
-static_assert(kEntryTile % 16 == 0 && (kQ6kTileBytes - kQ6kTileScales) / 16 <= kWarp, "16-byte copies, a lane each");
+static_assert(kEntryTile % 16 == 0 && (kQ6kTileBytes - kQ6kTileScales) % 16 == 0 &&
+                  (kQ6kTileBytes - kQ6kTileScales) / 16 <= kWarp,
+              "the scales and d: 16-byte copies, one a lane");
 static_assert(4 * kRing >= kAhead + 4, "an entry is overwritten only after its super-block's last slice");
 static_assert(kSmemBytes <= 227 * 1024, "one block an SM");
 
