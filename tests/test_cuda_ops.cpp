@@ -850,31 +850,40 @@ TEST_F(CudaOps, Q80GemmRowsEqualDecodeRows) {
     expect_gemm_rows_equal_decode_rows(gpu(), GgmlType::Q8_0, c, 7300 + uint64_t(c.n_in), /*upload_matrix=*/true);
 }
 
-// The prompt GEMMs on dequantized Q4_K tiles (deq_gemm.cu, deq_wgmma.cu: fn), against exact
-// double products of the dequantized weights: two weights of one input in one call (ffn gate/up
-// style; output tails of 300 and 130 rows past the 128-output blocks), rows tails, a row scaled
-// past f16's range and a zero row. Bound per element: the f16 weight (d sc and dmin m rounded
-// once each, then one fused multiply-add: 3 roundings of at most 2^-11 of the sub-block's range
-// 15 d sc + dmin m), the f16 activation (2^-11 |x|) and fp32 sums. Then batch invariance among
-// fn's own calls: rows in calls of 33 and 130 rows starting elsewhere give the same bits as in
-// the full call. With vs_deq_gemm, also each output within the same bound of deq_gemm's (both
-// multiply the same f16 bits; only the fp32 summation order differs); with same_bits_as, every
-// output the same bits as that function's.
+// The prompt GEMMs on dequantized tiles (deq_gemm.cu, deq_wgmma.cu: Q4_K; deq_wgmma_q6k.cu:
+// Q6_K; fn), against exact double products of the dequantized weights: two weights of one input
+// in one call (ffn gate/up style; output tails of 300 and 130 rows past the 128- and 256-output
+// blocks), rows tails, a row scaled past f16's range and a zero row; the weights uploaded by
+// upload_matrix, so as the tiles the kernels read. Bound per element: the f16 weight's error
+// times |x|, plus the f16 activation (2^-11 |x|) and fp32 sums. Q4_K's weight (d sc and dmin m
+// rounded once each, then one fused multiply-add): 3 roundings of at most 2^-11 of the
+// sub-block's range 15 d sc + dmin m. Q6_K's, (q - 32) half(d sc) with one f16 multiply: two
+// roundings, |w| (2^-10 + 2^-22) + 2^-19 (f16's subnormal half-spacing 2^-25 in each, times up
+// to 33). Then batch invariance among fn's own calls: rows in calls of 33, 130 and 133 rows
+// starting elsewhere give the same bits as in the full call. With vs_deq_gemm (Q4_K), also each
+// output within the same bound of deq_gemm's (both multiply the same f16 bits; only the fp32
+// summation order differs); with same_bits_as, every output the same bits as that function's.
 using DeqGroupFn = void (*)(const Weight* const*, float* const*, int, const float*, int, void*, cudaStream_t);
-void expect_deq_q4k_products(Backend& gpu, DeqGroupFn fn, const std::string& name, bool vs_deq_gemm,
-                             DeqGroupFn same_bits_as = nullptr) {
+void expect_deq_products(Backend& gpu, GgmlType type, DeqGroupFn fn, const std::string& name, bool vs_deq_gemm,
+                         DeqGroupFn same_bits_as = nullptr) {
   const int64_t n_in = 2048;
   const int64_t n_outs[2] = {300, 130};
+  const bool q6k = type == GgmlType::Q6_K;
   std::vector<HostWeight> hws;
   std::vector<Weight> ws;
   for (int i = 0; i < 2; ++i) {
-    hws.push_back(make_weight(GgmlType::Q4_K, n_in, n_outs[i], 8100 + uint64_t(i)));
-    ws.push_back(gpu.upload_matrix(Weight{GgmlType::Q4_K, n_in, n_outs[i], hws.back().bytes.data(), hws.back().row_bytes}));
-    ASSERT_TRUE(cuda::deq_gemm_supports(ws.back()));
+    hws.push_back(make_weight(type, n_in, n_outs[i], 8100 + uint64_t(i)));
+    ws.push_back(gpu.upload_matrix(Weight{type, n_in, n_outs[i], hws.back().bytes.data(), hws.back().row_bytes}));
+    ASSERT_TRUE(ws.back().tiles) << type_name(type) << ": upload_matrix stored GGUF rows";
+    ASSERT_TRUE(q6k ? cuda::deq_wgmma_q6k_supports(ws.back()) : cuda::deq_gemm_supports(ws.back()));
   }
-  // Per weight element: the sub-block's range 15 d sc + dmin m, from the block bytes.
-  auto ranges = [&](const HostWeight& hw) {
+  // Per weight element: the bound on its f16 form's error (above), from the block bytes.
+  auto weight_tols = [&](const HostWeight& hw) {
     std::vector<double> r(hw.W.size());
+    if (q6k) {
+      for (size_t e = 0; e < r.size(); ++e) r[e] = (0x1p-10 + 0x1p-22) * std::fabs(double(hw.W[e])) + 0x1p-19;
+      return r;
+    }
     for (int64_t o = 0; o < hw.n_out; ++o)
       for (int64_t b = 0; b < n_in / 256; ++b) {
         const uint8_t* blk = hw.bytes.data() + size_t(o) * hw.row_bytes + size_t(b) * 144;
@@ -885,7 +894,7 @@ void expect_deq_q4k_products(Backend& gpu, DeqGroupFn fn, const std::string& nam
           uint8_t sc, mn;
           quant::k4_scale_min(blk + 4, j, sc, mn);
           const double range = 15.0 * double(f16_to_f32(dh)) * sc + double(f16_to_f32(mh)) * mn;
-          for (int e = 0; e < 32; ++e) r[size_t(o * n_in + b * 256 + j * 32 + e)] = range;
+          for (int e = 0; e < 32; ++e) r[size_t(o * n_in + b * 256 + j * 32 + e)] = 3 * 0x1p-11 * range;
         }
       }
     return r;
@@ -920,8 +929,8 @@ void expect_deq_q4k_products(Backend& gpu, DeqGroupFn fn, const std::string& nam
   std::vector<std::vector<double>> tols(2);
   for (int i = 0; i < 2; ++i) {
     const HostWeight& hw = hws[size_t(i)];
-    const std::vector<double> range = ranges(hw);
-    Check c(name + " q4_K " + std::to_string(n_in) + "x" + std::to_string(n_outs[i]) + " vs exact");
+    const std::vector<double> wt = weight_tols(hw);
+    Check c(name + " " + type_name(type) + " " + std::to_string(n_in) + "x" + std::to_string(n_outs[i]) + " vs exact");
     tols[size_t(i)].resize(size_t(rows) * size_t(hw.n_out));
     for (int r = 0; r < rows; ++r)
       for (int64_t o = 0; o < hw.n_out; ++o) {
@@ -930,7 +939,7 @@ void expect_deq_q4k_products(Backend& gpu, DeqGroupFn fn, const std::string& nam
           const double wk = hw.W[size_t(o * n_in + k)], xk = x[size_t(r) * n_in + k];
           ref += wk * xk;
           mag += std::fabs(wk * xk);
-          wtol += 3 * 0x1p-11 * range[size_t(o * n_in + k)] * std::fabs(xk);
+          wtol += wt[size_t(o * n_in + k)] * std::fabs(xk);
         }
         const double tol = wtol + mag * (0x1p-10 + double(n_in) * 0x1p-24) + 1e-30;
         tols[size_t(i)][size_t(r) * hw.n_out + o] = tol;
@@ -971,15 +980,21 @@ void expect_deq_q4k_products(Backend& gpu, DeqGroupFn fn, const std::string& nam
 }
 
 TEST_F(CudaOps, DeqGemmQ4kAgainstExactAndBatchInvariant) {
-  expect_deq_q4k_products(gpu(), cuda::deq_gemm_group, "deq_gemm", /*vs_deq_gemm=*/false);
+  expect_deq_products(gpu(), GgmlType::Q4_K, cuda::deq_gemm_group, "deq_gemm", /*vs_deq_gemm=*/false);
 }
 
 // The same checks for the wgmma version (deq_wgmma.cu, sm_90a), plus its outputs against deq_gemm's;
 // its one-warpgroup blocks give the same bits as the routed two-warpgroup ones.
 TEST_F(CudaOps, DeqWgmmaQ4kAgainstExactAndBatchInvariant) {
-  expect_deq_q4k_products(gpu(), cuda::deq_wgmma_group, "deq_wgmma", /*vs_deq_gemm=*/true);
-  expect_deq_q4k_products(gpu(), cuda::deq_wgmma_narrow_group, "deq_wgmma narrow", /*vs_deq_gemm=*/true,
-                          cuda::deq_wgmma_group);
+  expect_deq_products(gpu(), GgmlType::Q4_K, cuda::deq_wgmma_group, "deq_wgmma", /*vs_deq_gemm=*/true);
+  expect_deq_products(gpu(), GgmlType::Q4_K, cuda::deq_wgmma_narrow_group, "deq_wgmma narrow", /*vs_deq_gemm=*/true,
+                      cuda::deq_wgmma_group);
+}
+
+// The Q6_K wgmma GEMM (deq_wgmma_q6k.cu, sm_90a): 8 super-blocks a row, so both parities of the
+// tile layout's slot rotation.
+TEST_F(CudaOps, DeqWgmmaQ6kAgainstExactAndBatchInvariant) {
+  expect_deq_products(gpu(), GgmlType::Q6_K, cuda::deq_wgmma_q6k_group, "deq_wgmma_q6k", /*vs_deq_gemm=*/false);
 }
 
 // Rows beyond f16's range (|x| >= 65504, as large models' SwiGLU outputs can be) on the f16

@@ -220,16 +220,17 @@ size_t deq_gemm_scratch_bytes(int64_t n_in, int rows) {
 }
 
 HalfOperands half_operands(const Weight* const* ws, int n, const float* x, int rows, void* scratch, cudaStream_t s,
-                           const char* what, bool fragment_order) {
+                           const char* what, HalfOrder order) {
   const int64_t n_in = ws[0]->n_in;
+  const bool q6k = order == HalfOrder::kQ6k;
   for (int i = 0; i < n; ++i)
-    if (!deq_gemm_supports(*ws[i]) || ws[i]->n_in != n_in)
-      throw std::invalid_argument(std::string(what) + ": Q4_K tile weights of one n_in only");
+    if (!(q6k ? deq_wgmma_q6k_supports(*ws[i]) : deq_gemm_supports(*ws[i])) || ws[i]->n_in != n_in)
+      throw std::invalid_argument(std::string(what) + (q6k ? ": Q6_K" : ": Q4_K") + " tile weights of one n_in only");
   const int rows_pad = (rows + 7) / 8 * 8;
   auto* xh = static_cast<__half*>(scratch);
   auto* shift = reinterpret_cast<int*>(static_cast<uint8_t*>(scratch) +
                                        (size_t(rows_pad) * size_t(n_in) * sizeof(__half) + 255) / 256 * 256);
-  to_half_rows_scaled(x, rows, rows_pad, int(n_in), xh, shift, s, fragment_order);
+  to_half_rows_scaled(x, rows, rows_pad, int(n_in), xh, shift, s, order);
   return {xh, shift, n_in, rows_pad};
 }
 

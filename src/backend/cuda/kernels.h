@@ -71,11 +71,22 @@ void deq_wgmma_narrow_group(const Weight* const* ws, float* const* ys, int n, co
 // Whether deq_wgmma_group runs on the current device: a Hopper GPU (compute capability 9.0) and
 // sm_90a machine code in this build (a probe kernel says; synchronous, so not inside a capture).
 bool deq_wgmma_runs();
+// deq_wgmma_q6k.cu -- the same kind of product for Q6_K tile weights (quant/q6k_tiles.h; n_in %
+// 256 == 0): the weight (q - 32) half(d sc) in f16, f16 activations, fp32 sums on wgmma (sm_90a,
+// runs where deq_wgmma_runs). Same scratch (deq_gemm_scratch_bytes). Rows batch-invariant among
+// themselves; not routed.
+bool deq_wgmma_q6k_supports(const Weight& w);
+void deq_wgmma_q6k_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
+                         cudaStream_t s);
+// The order of k in which to_half_rows_scaled stores each row: as given, or permuted the way the
+// wgmma GEMMs' register fragments take k (wgmma_layout.h: kQ4k fragment_k_position within each
+// 64-element slice, n % 64 == 0; kQ6k q6k_fragment_k_position within each 256-element super-block,
+// n % 256 == 0).
+enum class HalfOrder { kNatural, kQ4k, kQ6k };
 // mma_matmul.cu -- x (rows x n floats) as f16 rows scaled by 2^-shift[r] into f16's range (rows up
-// to rows_pad zeros, shift 0); n % 4 == 0. fragment_order: each 64-element slice permuted the way
-// deq_wgmma.cu's register fragments take k (wgmma_layout.h fragment_k_position; n % 64 == 0).
+// to rows_pad zeros, shift 0) in the given order of k; n % 4 == 0.
 void to_half_rows_scaled(const float* x, int rows, int rows_pad, int n, __half* xh, int* row_shift, cudaStream_t s,
-                         bool fragment_order = false);
+                         HalfOrder order = HalfOrder::kNatural);
 // imma_gemm.cu -- imma_matmul_group's two steps for Q4_K / Q5_K (and tiled IQ4_XS) and rows >
 // kImmaGemmMinRows, apart, so that bench/matmul_kernels can time the GEMM alone: imma_quantize
 // writes x's Q8_K form into scratch (imma_scratch_bytes), imma_gemm_quantized multiplies w by it.

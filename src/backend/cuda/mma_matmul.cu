@@ -43,6 +43,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mv_units.cuh"
 #include "backend/cuda/wgmma_layout.h"
+#include "backend/cuda/wgmma_q6k_layout.h"
 
 namespace df::cuda {
 
@@ -68,9 +69,9 @@ __device__ __forceinline__ void mma_16816(float* d, const uint32_t* a, uint32_t 
 constexpr float kHalfMax = 65504.0f;
 
 // One block per row: x[r] (fp32, n values) -> xh[r] (f16) scaled by 2^-k[r], k[r] the smallest
-// k >= 0 with max |x[r]| * 2^-k < 65504 (rows past `rows`: zeros, k = 0). n % 4 == 0; with
-// kFragmentOrder, each 64-element slice in wgmma::fragment_k_position's order (n % 64 == 0).
-template <bool kFragmentOrder>
+// k >= 0 with max |x[r]| * 2^-k < 65504 (rows past `rows`: zeros, k = 0), in kOrder's order of
+// k (kernels.h HalfOrder). n % 4 == 0.
+template <HalfOrder kOrder>
 __global__ void to_half_rows(const float* __restrict__ x, int rows, int n, __half* __restrict__ xh,
                              int* __restrict__ row_shift) {
   pdl_wait();
@@ -101,11 +102,22 @@ __global__ void to_half_rows(const float* __restrict__ x, int rows, int n, __hal
     uint2 h;
     h.x = pack_half2(v.x * scale, v.y * scale);
     h.y = pack_half2(v.z * scale, v.w * scale);
-    if constexpr (kFragmentOrder) {  // elements 4i, 4i + 1 and 4i + 2, 4i + 3: positions p, p + 1 and p + 8, p + 9
-      const int e = 4 * i, at = (e & ~63) + int(wgmma::fragment_k_position(uint32_t(e & 63)));
+    if constexpr (kOrder != HalfOrder::kNatural) {
+      // Both orders keep the pairs (4i, 4i + 1) and (4i + 2, 4i + 3) together at even positions
+      // (tests/test_wgmma_layout.cpp, test_wgmma_q6k_layout.cpp): two 4-byte stores.
+      const int e = 4 * i;
+      int at, at2;
+      if constexpr (kOrder == HalfOrder::kQ4k) {
+        at = (e & ~63) + int(wgmma::fragment_k_position(uint32_t(e & 63)));
+        at2 = at + 8;
+      } else {
+        const int sb = e / 256;
+        at = (e & ~255) + int(wgmma::q6k_fragment_k_position(sb, uint32_t(e & 255)));
+        at2 = (e & ~255) + int(wgmma::q6k_fragment_k_position(sb, uint32_t((e & 255) + 2)));
+      }
       uint32_t* h32 = reinterpret_cast<uint32_t*>(hr);
       h32[at / 2] = h.x;
-      h32[at / 2 + 4] = h.y;
+      h32[at2 / 2] = h.y;
     } else {
       hr[i] = h;
     }
@@ -247,10 +259,12 @@ size_t mma_scratch_bytes(const Weight& w, int rows) {
 }
 
 void to_half_rows_scaled(const float* x, int rows, int rows_pad, int n, __half* xh, int* row_shift, cudaStream_t s,
-                         bool fragment_order) {
+                         HalfOrder order) {
   const int threads = std::min(1024, std::max(kWarp, (n / 4 + kWarp - 1) / kWarp * kWarp));
-  launch(fragment_order ? to_half_rows<true> : to_half_rows<false>, unsigned(rows_pad), unsigned(threads), 0, s, x,
-         rows, n, xh, row_shift);
+  launch(order == HalfOrder::kQ6k   ? to_half_rows<HalfOrder::kQ6k>
+         : order == HalfOrder::kQ4k ? to_half_rows<HalfOrder::kQ4k>
+                                    : to_half_rows<HalfOrder::kNatural>,
+         unsigned(rows_pad), unsigned(threads), 0, s, x, rows, n, xh, row_shift);
 }
 
 void mma_matmul(const Weight& w, const float* x, int rows, float* y, void* scratch, cudaStream_t s) {

@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/kernels.h"
 
 namespace df::cuda {
 
@@ -47,10 +48,11 @@ __device__ __forceinline__ uint4 q4k_eight_halves(uint2 q, int shift, __half2 sc
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-// The f16 operands both GEMMs read: the weights checked (Q4_K tiles of one n_in), x converted by
-// to_half_rows_scaled into the scratch (deq_gemm_scratch_bytes' layout: the f16 rows, then,
-// 256-byte aligned, the rows' power-of-two shifts; fragment_order: deq_wgmma's order of k).
-// Defined in deq_gemm.cu; `what` names the caller in the error.
+// The f16 operands the GEMMs on dequantized tiles read (deq_gemm.cu, deq_wgmma.cu,
+// deq_wgmma_q6k.cu): the weights checked (tiles of one n_in: Q6_K for order kQ6k, else Q4_K), x
+// converted by to_half_rows_scaled in that order of k into the scratch (deq_gemm_scratch_bytes'
+// layout: the f16 rows, then, 256-byte aligned, the rows' power-of-two shifts). Defined in
+// deq_gemm.cu; `what` names the caller in the error.
 struct HalfOperands {
   const __half* xh;
   const int* shift;
@@ -58,6 +60,6 @@ struct HalfOperands {
   int rows_pad;
 };
 HalfOperands half_operands(const Weight* const* ws, int n, const float* x, int rows, void* scratch, cudaStream_t s,
-                           const char* what, bool fragment_order = false);
+                           const char* what, HalfOrder order = HalfOrder::kNatural);
 
 }  // namespace df::cuda
