@@ -93,10 +93,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                          const int* __restrict__ row_shift, int n_in, int rows_pad, int rows) {
 #ifdef DF_WGMMA
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  const uint32_t raw_s = uint32_t(__cvta_generic_to_shared(smem_raw));
-  const uint32_t pad = (uint32_t(kAtom) - raw_s % uint32_t(kAtom)) % uint32_t(kAtom);
-  uint8_t* const smem = smem_raw + pad;
-  const uint32_t smem_s = raw_s + pad;
+  const SwizzleBase base = swizzle_aligned(smem_raw);
+  uint8_t* const smem = base.p;
+  const uint32_t smem_s = base.s;
   const int tid = int(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp;
   const BlockSegment bs = block_segment(segs, kBM);
   const int r0 = int(blockIdx.x) * kBN;
@@ -154,23 +153,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < kBN / 32; ++i) cp_async16(dst + x_dst[i], x_live[i] ? src + i * x_step : xh, x_live[i]);
   };
 
-  // Weights first (immutable: they may load before the previous kernel ends), then the
-  // activations; one commit group a slice (the first slices' weights ride in group 0).
-  for (int k = 0; k < kAhead; ++k)
-    if (k < n_slices) load_w(k, k);
-  pdl_wait();  // (also before any write of y: an earlier kernel may still read it)
-  pdl_trigger();
-  for (int k = 0; k < kAhead; ++k) {
-    if (k < n_slices) load_x(k, k);
-    cp_async_commit();
-  }
+  // Weights first (immutable: they may load before the previous kernel ends), then pdl_wait
+  // (also before any write of y), then the activations; one commit group a slice.
+  pipeline_prologue<kAhead + 1>(n_slices, load_w, load_x);
 
   const int cw = warp / 4, q = warp % 4, g = lane / 4, c = lane % 4;
-  float acc[2][kAcc];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc[mt][i] = 0.0f;
+  float acc[2][kAcc];  // (zeroed by dequant_mma_loop)
 
   // The A fragments of tile t for slice kJ of super-block sb (its ql words in `stage`, the rest
   // in the super-block's ring entry), k16 step m in a[m] (wgmma_q6k_layout.h): byte i of row
@@ -204,70 +192,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   };
-  auto mma_tile = [&](float (&d)[kAcc], const uint32_t (&a)[4][4], uint32_t b_s) {
-    wgmma_fence();  // the A registers (and, the first time, the zeroed sums) were just written
-#pragma unroll
-    for (int s = 0; s < 4; ++s) wgmma_m64n128k16_rs(d, a[s], wgmma::sw128_desc(b_s + wgmma::kStepBytes * s));
-    wgmma_commit();
+  auto copy = [&](int k, int st) {
+    load_w(k, st);
+    load_x(k, st);
   };
-
-  uint32_t a0[4][4], a1[4][4];
-  // Step k (stage st, slice kJ = k % 4 of super-block sb = k / 4).
-  auto step = [&](auto j_c, int sb, int k, int st) {
-    cp_async_wait<kAhead - 1>();  // this thread's copies of slice k (and of its super-block's entry) have landed
-    fence_proxy_async();
-    __syncthreads();  // everyone's have; every thread's step k - 1 ended (slice k - 2's mma completed)
-    if (k + kAhead < n_slices) {
-      const int ld = st + kAhead < kStages ? st + kAhead : st + kAhead - kStages;
-      load_w(k + kAhead, ld);
-      load_x(k + kAhead, ld);
-    }
-    cp_async_commit();  // (empty past the end: the wait counts stay uniform)
-    const uint8_t* stage = smem + st * kStageBytes;
-    const uint32_t b_s = smem_s + st * kStageBytes + kB;
-    dequant(j_c, sb, stage, 8 * cw + q, a0);
-    mma_tile(acc[0], a0, b_s);
-    wgmma_wait<1>();  // slice k - 1's second tile has completed: a1 is free
-    dequant(j_c, sb, stage, 8 * cw + 4 + q, a1);
-    mma_tile(acc[1], a1, b_s);
-    wgmma_wait<1>();  // this slice's first tile has completed: a0 is free
+  auto dequant_tile = [&](auto j_c, int sb, int st, int mt, uint32_t (&a)[4][4]) {
+    dequant(j_c, sb, smem + st * kStageBytes, 8 * cw + 4 * mt + q, a);
   };
-  int st = 0;
-  auto next_stage = [&] { st = st + 1 < kStages ? st + 1 : 0; };
-#pragma unroll 1
-  for (int sb = 0; sb < n_sb; ++sb) {
-    const int k = kSlices * sb;
-    step(std::integral_constant<int, 0>{}, sb, k, st);
-    next_stage();
-    step(std::integral_constant<int, 1>{}, sb, k + 1, st);
-    next_stage();
-    step(std::integral_constant<int, 2>{}, sb, k + 2, st);
-    next_stage();
-    step(std::integral_constant<int, 3>{}, sb, k + 3, st);
-    next_stage();
-  }
-  wgmma_wait<0>();
-  fence_accumulators(acc[0]);
-  fence_accumulators(acc[1]);
-
-  // Outputs: sum 4 i + 2 jo + jr of tile mt, lane 4 g + c of warp q is output
-  // 128 cw + 64 mt + 16 q + g + 8 jo of the block, activation row 8 i + 2 c + jr (PTX ISA, wgmma
-  // D fragments), scaled back by the row's power of two (exact).
-#pragma unroll
-  for (int i = 0; i < kAcc / 4; ++i)
-#pragma unroll
-    for (int jr = 0; jr < 2; ++jr) {
-      const int r = r0 + 8 * i + 2 * c + jr;
-      if (r >= rows) continue;
-      const float scale = ldexpf(1.0f, row_shift[r]);
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int jo = 0; jo < 2; ++jo) {
-          const int64_t o = bs.o0 + 128 * cw + 64 * mt + 16 * q + g + 8 * jo;
-          if (o < bs.n_out) bs.y[int64_t(r) * bs.y_stride + o] = acc[mt][4 * i + 2 * jo + jr] * scale;
-        }
-    }
+  dequant_mma_loop<kStages, kAhead>(n_sb, smem_s + kB, kStageBytes, acc, copy, dequant_tile);
+  store_sums(acc, bs, r0, rows, row_shift, cw, q, g, c);
 #else
   __trap();  // no sm_90a machine code in this build
 #endif

@@ -4,6 +4,12 @@
 #pragma once
 #include <cstdint>
 
+#include <type_traits>
+
+#include "backend/cuda/imma_common.cuh"
+#include "backend/cuda/imma_tiles.cuh"
+#include "backend/cuda/wgmma_layout.h"
+
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define DF_WGMMA 1
 #endif
@@ -48,6 +54,97 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const uint32
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+// The dynamic shared memory at raw rounded up to the 128-byte swizzle's 1024-byte repeat (the
+// kernels ask for that much more): its generic pointer and its shared-window address.
+struct SwizzleBase {
+  uint8_t* p;
+  uint32_t s;
+};
+__device__ __forceinline__ SwizzleBase swizzle_aligned(uint8_t* raw) {
+  const uint32_t raw_s = uint32_t(__cvta_generic_to_shared(raw));
+  const uint32_t pad = (wgmma::kAtomBytes - raw_s % wgmma::kAtomBytes) % wgmma::kAtomBytes;
+  return {raw + pad, raw_s + pad};
+}
+
+// One m64 tile's four k16 steps of a slice: A from the registers just dequantized into a (one
+// fragment a step), B from the slice's activations at shared address b_s; one commit group.
+__device__ __forceinline__ void mma_tile(float (&d)[64], const uint32_t (&a)[4][4], uint32_t b_s) {
+  wgmma_fence();  // the A registers (and, the first time, the zeroed sums) were just written
+#pragma unroll
+  for (int s = 0; s < 4; ++s) wgmma_m64n128k16_rs(d, a[s], wgmma::sw128_desc(b_s + wgmma::kStepBytes * s));
+  wgmma_commit();
+}
+
+// The k loop of the dequantizing GEMMs, a super-block's four 64-element slices at a time (the
+// slice's index in it a compile-time constant). Step k: wait for this thread's copies of slice
+// k, fence.proxy.async (cp.async writes are generic-proxy; wgmma reads through the async proxy),
+// __syncthreads (everyone's copies landed, and every thread's step k - 1 ended, so slice k - 2's
+// mma completed); copy(k + kAhead, its stage), into the stage slice k - 2 held; then per m64
+// tile mt: dequant(slice, sb, stage, mt, a) and its mma, waiting until only the newest group is
+// in flight before the other tile's A registers are rewritten. The stage holding slice k's
+// activations starts at b0_s + stage * stage_bytes. Zeroes acc first; ends with every mma
+// completed.
+template <int kStages, int kAhead, class Copy, class Dequant>
+__device__ __forceinline__ void dequant_mma_loop(int n_sb, uint32_t b0_s, int stage_bytes, float (&acc)[2][64],
+                                                 Copy& copy, Dequant& dequant) {
+  static_assert(kAhead <= kStages - 2, "a stage is rewritten only after the mma that read it completed");
+  const int n_slices = 4 * n_sb;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[mt][i] = 0.0f;
+  uint32_t a0[4][4], a1[4][4];
+  int st = 0;
+  auto step = [&](auto slice_c, int sb, int k) {
+    cp_async_wait<kAhead - 1>();
+    fence_proxy_async();
+    __syncthreads();
+    if (k + kAhead < n_slices) copy(k + kAhead, st + kAhead < kStages ? st + kAhead : st + kAhead - kStages);
+    cp_async_commit();  // (empty past the end: the wait counts stay uniform)
+    const uint32_t b_s = b0_s + uint32_t(st * stage_bytes);
+    dequant(slice_c, sb, st, 0, a0);
+    mma_tile(acc[0], a0, b_s);
+    wgmma_wait<1>();  // slice k - 1's second tile has completed: a1 is free
+    dequant(slice_c, sb, st, 1, a1);
+    mma_tile(acc[1], a1, b_s);
+    wgmma_wait<1>();  // this slice's first tile has completed: a0 is free
+    st = st + 1 < kStages ? st + 1 : 0;
+  };
+#pragma unroll 1
+  for (int sb = 0; sb < n_sb; ++sb) {
+    step(std::integral_constant<int, 0>{}, sb, 4 * sb);
+    step(std::integral_constant<int, 1>{}, sb, 4 * sb + 1);
+    step(std::integral_constant<int, 2>{}, sb, 4 * sb + 2);
+    step(std::integral_constant<int, 3>{}, sb, 4 * sb + 3);
+  }
+  wgmma_wait<0>();
+  fence_accumulators(acc[0]);
+  fence_accumulators(acc[1]);
+}
+
+// The epilogue of the GEMMs' blocks (two warpgroups cw, each two m64n128 tiles mt): after
+// wgmma_wait<0> and fence_accumulators, sum 4 i + 2 jo + jr of tile mt, lane 4 g + c of warp q is
+// output 128 cw + 64 mt + 16 q + g + 8 jo of the block, activation row r0 + 8 i + 2 c + jr (PTX
+// ISA, wgmma D fragments), scaled back by the row's power of two (exact).
+__device__ __forceinline__ void store_sums(const float (&acc)[2][64], const BlockSegment& bs, int r0, int rows,
+                                           const int* __restrict__ row_shift, int cw, int q, int g, int c) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+#pragma unroll
+    for (int jr = 0; jr < 2; ++jr) {
+      const int r = r0 + 8 * i + 2 * c + jr;
+      if (r >= rows) continue;
+      const float scale = ldexpf(1.0f, row_shift[r]);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int jo = 0; jo < 2; ++jo) {
+          const int64_t o = bs.o0 + 128 * cw + 64 * mt + 16 * q + g + 8 * jo;
+          if (o < bs.n_out) bs.y[int64_t(r) * bs.y_stride + o] = acc[mt][4 * i + 2 * jo + jr] * scale;
+        }
+    }
 }
 #endif  // DF_WGMMA
 
