@@ -84,6 +84,7 @@ struct Shape {
   static_assert(kStageBytes % kAtom == 0, "every stage starts on the swizzle's 1024-byte repeat");
   static_assert(kSmemBytes * (3 - kWgs) <= 228 * 1024 && kSmemBytes <= 227 * 1024, "blocks an SM");
 };
+static_assert(Shape<1>::kAhead >= 2 && Shape<2>::kAhead >= 2 && kAcc == 64, "m64n128 sums (wgmma.cuh); copies ahead");
 
 #ifdef DF_WGMMA
 // sub_block_scale (q4k_half.cuh: the same bits) for sub-block 2 kPair + hi, hi < 2: which of

@@ -70,6 +70,7 @@ constexpr int kStages = 6, kAhead = kStages - 2;  // slices in the ring; slices 
 constexpr int kAcc = kBN / 2;                  // fp32 sums a thread per m64n128 tile
 static_assert(kBK == int(wgmma::kRowElems), "a slice is one swizzled row");
 static_assert(kSlices == 4, "slice j of a super-block: wgmma_q6k_layout.h");
+static_assert(kAcc == 64, "m64n128: 64 fp32 sums a thread (wgmma.cuh)");
 
 constexpr int kB = 0;                                          // activations, swizzled
 constexpr int kQ = kB + kBN * int(wgmma::kRowBytes);           // ql words
