@@ -112,6 +112,13 @@ TEST_F(Cli, WeightLayoutFlag) {
   expect_same_text_and_refusal(model_, "--weight-layout", "gguf", "rows");
 }
 
+TEST_F(Cli, PrefillMatmulFlag) {
+  // The prompt products take prompt segments of 128 or more tokens only (and only on a Hopper
+  // GPU), so this short prompt gives the same text either way, on any device. Only f16|int8 is
+  // accepted.
+  expect_same_text_and_refusal(model_, "--prefill-matmul", "int8", "bf16");
+}
+
 TEST_F(Cli, TokenizeAndDecodeRoundTrip) {
   const std::string ids = run_command(kBin + " tokenize -m " + model_ + " 'Hello, world! <|im_end|>' 2>/dev/null");
   ASSERT_EQ(ids.front(), '[');
