@@ -3350,6 +3350,10 @@ TEST(CudaFusedQ8k, SwigluGatedNormAndGateProductsEqualUnfused) {
   }
 }
 
+bool has_nan(const std::vector<float>& v) {
+  return std::any_of(v.begin(), v.end(), [](float f) { return std::isnan(f); });
+}
+
 // What the tile-layout tests below share: a weight of n_out outputs and a second one of 48 with
 // the same n_in, each as GGUF rows (weight_data) and as upload_matrix stores it, 512 activation
 // rows on the device, output buffers poisoned before every product.
@@ -3394,6 +3398,18 @@ struct TiledCase {
     gpu.upload(p, poison.data(), n * sizeof(float));
     return p;
   }
+  // x w^T over `rows` rows from the GGUF rows and from the tiles, each into poisoned outputs:
+  // the same bits, every output written. Returns the rows' result.
+  std::vector<float> expect_tiles_equal_rows(int rows, const std::string& where) const {
+    const size_t n = size_t(rows) * size_t(w.n_out);
+    gpu.matmul(w, xd, rows, poisoned(yd, n));
+    const std::vector<float> want = get(yd, n);
+    gpu.matmul(wt, xd, rows, poisoned(yd, n));
+    const std::vector<float> got = get(yd, n);
+    EXPECT_TRUE(same_bits(got, want)) << where;
+    EXPECT_FALSE(has_nan(got)) << where << ": unwritten outputs";
+    return want;
+  }
   // The two tiled weights as one shared-input group give the first `want` and the second what
   // `second` (wt2 or w2) gives alone.
   void expect_shared_input(const Weight& second, int rows, const std::vector<float>& want, const std::string& where) {
@@ -3436,10 +3452,6 @@ std::string shape_rows(int64_t n_in, int64_t n_out, int rows) {
   return std::to_string(n_in) + " x " + std::to_string(n_out) + ", rows " + std::to_string(rows);
 }
 
-bool has_nan(const std::vector<float>& v) {
-  return std::any_of(v.begin(), v.end(), [](float f) { return std::isnan(f); });
-}
-
 // Q4_K matrices stored as 16-row tiles (CudaBackend::upload_matrix, quant/q4k_tiles.h) give the
 // bits the GGUF rows give, through every kernel: the decode kernel at each width (rows 1; 2-8;
 // 9-16; 17-32), the prefill GEMM (33+ rows) in each block shape, one- and multi-super-block
@@ -3457,13 +3469,7 @@ TEST_F(CudaOps, Q4kTiledWeightsEqualRows) {
     ASSERT_TRUE(tc.wt.tiles && tc.wt2.tiles);
     for (int rows : {1, 2, 7, 8, 9, 16, 17, 32, 33, 100, 512}) {
       const std::string where = shape_rows(sh.n_in, sh.n_out, rows);
-      const size_t n = size_t(rows) * size_t(sh.n_out);
-      gpu().matmul(tc.w, tc.xd, rows, tc.poisoned(tc.yd, n));
-      const std::vector<float> want = tc.get(tc.yd, n);
-      gpu().matmul(tc.wt, tc.xd, rows, tc.poisoned(tc.yd, n));
-      const std::vector<float> got = tc.get(tc.yd, n);
-      EXPECT_TRUE(same_bits(got, want)) << where;
-      EXPECT_FALSE(has_nan(got)) << where << ": unwritten outputs";
+      const std::vector<float> want = tc.expect_tiles_equal_rows(rows, where);
       if (rows == 1 || rows == 16 || rows == 100) tc.expect_shared_input(tc.w2, rows, want, where);
       if (rows == 100 || rows == 512) tc.expect_gemm_shapes(rows, want, where);
     }
@@ -3493,18 +3499,13 @@ TEST_F(CudaOps, Q6kTiledWeightsEqualRows) {
     ASSERT_TRUE(cuda::imma_supports(tc.wt) && cuda::imma_supports(tc.w));
     for (int rows : {1, 2, 7, 8, 9, 16, 17, 24, 32, 33, 100, 512}) {
       const std::string where = shape_rows(sh.n_in, sh.n_out, rows);
-      const size_t n = size_t(rows) * size_t(sh.n_out);
-      gpu().matmul(tc.w, tc.xd, rows, tc.poisoned(tc.yd, n));
-      const std::vector<float> want = tc.get(tc.yd, n);
-      gpu().matmul(tc.wt, tc.xd, rows, tc.poisoned(tc.yd, n));
-      const std::vector<float> got = tc.get(tc.yd, n);
-      EXPECT_TRUE(same_bits(got, want)) << where;
-      EXPECT_FALSE(has_nan(got)) << where << ": unwritten outputs";
+      const std::vector<float> want = tc.expect_tiles_equal_rows(rows, where);
       if (rows == 1 || rows == 9 || rows == 24 || rows == 100) tc.expect_shared_input(tc.w2, rows, want, where);
       if (rows == 100 || rows == 512) {  // the GEMM alone, on tiles and on rows
         void* scratch = gpu().alloc(cuda::imma_scratch_bytes(tc.w, rows));
         gpu().synchronize();
         cuda::imma_quantize_q6k(tc.xd, sh.n_in, rows, scratch, nullptr);
+        const size_t n = want.size();
         for (const Weight* wl : {&tc.wt, &tc.w}) {
           gpu().upload(tc.yd, tc.poison.data(), n * sizeof(float));
           gpu().synchronize();
