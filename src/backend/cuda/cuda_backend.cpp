@@ -335,7 +335,7 @@ void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys,
   }
 }
 
-// Q4_K tile weights of one n_in as one f16 GEMM group (deq_wgmma.cu: measured 1.5-1.8x the
+// Q4_K tile weights of one n_in as one f16 GEMM group (deq_wgmma.cu: measured 1.6-1.8x the
 // integer GEMM, docs/performance.md session 12); the rest as matmul_shared_input computes them.
 void CudaBackend::prompt_matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x,
                                              int rows) {
