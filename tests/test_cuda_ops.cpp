@@ -1511,11 +1511,11 @@ float round_f16(float v) { return f16_to_f32(f32_to_f16(v)); }
 // the CUDA backend multiplies on f16 tensor cores, the weights and activations are rounded to f16
 // first, as the kernel does (round to nearest even); where it uses the CPU's Q8_K activations,
 // the plain CPU product is the same math. Either way the two differ by summation order only.
-// Prompt products (long prompt segments) of Q4_K matrices, which the CUDA backend takes as an
-// f16 GEMM on a Hopper GPU (deq_wgmma.cu: the weight formed in f16 by one fused multiply-add of
-// f16 scale and min, the activations scaled into f16), are here the fp32 product of the
-// dequantized weights with f16-rounded activations: the two then differ by the f16 weight's
-// roundings (2^-11 of its sub-block's range) and summation order.
+// Prompt products (long prompt segments) of Q4_K and Q6_K matrices, which the CUDA backend takes
+// as an f16 GEMM on a Hopper GPU (deq_wgmma.cu, deq_wgmma_q6k.cu: the weight formed in f16, the
+// activations scaled into f16), are here the fp32 product of the dequantized weights with
+// f16-rounded activations: the two then differ by the f16 weight's roundings (2^-11 relative, of
+// the sub-block's range for Q4_K) and summation order.
 class DequantizedCpu final : public Backend {
  public:
   DequantizedCpu() : cpu_(make_cpu_backend(0)), prompt_f16_(cuda::deq_wgmma_runs()) {}
@@ -1548,7 +1548,8 @@ class DequantizedCpu final : public Backend {
   void prompt_matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override {
     for (int i = 0; i < n; ++i) {
       const Weight& w = *ws[i];
-      if (prompt_f16_ && w.type == GgmlType::Q4_K && w.n_in % 256 == 0 && matrices_.count(w.data) != 0)
+      if (prompt_f16_ && (w.type == GgmlType::Q4_K || w.type == GgmlType::Q6_K) && w.n_in % 256 == 0 &&
+          matrices_.count(w.data) != 0)
         f32_product(w, dequantized(w, false), x, rows, ys[i], /*f16_x=*/true);
       else
         matmul(w, x, rows, ys[i]);
@@ -1857,8 +1858,9 @@ TEST(CudaModelBatch, PromptProductsRunBySegment) {
   const int64_t f16_before = gpu.prompt_f16_products();
   std::vector<std::vector<float>> each;
   for (const auto& t : prompts) each.push_back(logits_alone(tm, t, 256));
-  if (cuda::deq_wgmma_runs())
+  if (cuda::deq_wgmma_runs()) {
     EXPECT_GT(gpu.prompt_f16_products(), f16_before) << "the 140- and 130-token prompts took the f16 products";
+  }
   auto st = tm.make_state(3, 256);
   Batch b;
   for (const auto& t : prompts) {
@@ -1893,7 +1895,9 @@ TEST(CudaModel, LongPromptLogitsMatchCpu) {
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 53 + 5) % size_t(V));
     const int64_t f16_before = gpu.prompt_f16_products();
     const GreedyRun g = run_greedy(tg, prompt, 1), r = run_greedy(tr, prompt, 1);
-    if (cuda::deq_wgmma_runs()) EXPECT_GT(gpu.prompt_f16_products(), f16_before) << type;
+    if (cuda::deq_wgmma_runs()) {
+      EXPECT_GT(gpu.prompt_f16_products(), f16_before) << type;
+    }
     const auto [mx, l2] = logit_errors(g.prompt_logits, r.prompt_logits);
     int agree = 0;
     for (size_t i = 0; i < prompt.size(); ++i)

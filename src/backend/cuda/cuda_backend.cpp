@@ -340,30 +340,45 @@ void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys,
 void CudaBackend::prompt_matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x,
                                              int rows) {
   if (!prompt_f16_ || rows <= 0) return matmul_shared_input(ws, ys, n, x, rows);
+  // Q4_K and Q6_K tile weights of the first such weight's n_in go to their f16 wgmma GEMM (one
+  // launch per type: the two store the activations in different orders of k); the rest (other
+  // types, another n_in) to the integer kernels.
   constexpr int kMaxGroup = 8;
   for (int i0 = 0; i0 < n; i0 += kMaxGroup) {
     const int m = std::min(kMaxGroup, n - i0);
-    const Weight* f16_w[kMaxGroup];
+    const Weight* q4k_w[kMaxGroup];
+    const Weight* q6k_w[kMaxGroup];
     const Weight* rest_w[kMaxGroup];
-    float* f16_y[kMaxGroup];
+    float* q4k_y[kMaxGroup];
+    float* q6k_y[kMaxGroup];
     float* rest_y[kMaxGroup];
-    int n_f16 = 0, n_rest = 0;
+    int n_q4k = 0, n_q6k = 0, n_rest = 0;
+    int64_t n_in = -1;
     for (int i = i0; i < i0 + m; ++i) {
-      if (ws[i]->n_out > 0 && cuda::deq_gemm_supports(*ws[i]) && (n_f16 == 0 || ws[i]->n_in == f16_w[0]->n_in)) {
-        f16_w[n_f16] = ws[i];
-        f16_y[n_f16++] = ys[i];
+      const Weight& w = *ws[i];
+      const bool q4k = cuda::deq_gemm_supports(w), q6k = cuda::deq_wgmma_q6k_supports(w);
+      if (w.n_out > 0 && (q4k || q6k) && (n_in < 0 || w.n_in == n_in)) {
+        n_in = w.n_in;
+        if (q4k) {
+          q4k_w[n_q4k] = ws[i];
+          q4k_y[n_q4k++] = ys[i];
+        } else {
+          q6k_w[n_q6k] = ws[i];
+          q6k_y[n_q6k++] = ys[i];
+        }
       } else {
         rest_w[n_rest] = ws[i];
         rest_y[n_rest++] = ys[i];
       }
     }
     if (n_rest > 0) matmul_shared_input(rest_w, rest_y, n_rest, x, rows);  // (takes any fused activations)
-    if (n_f16 == 0) continue;
+    if (n_in < 0) continue;
     enter();
-    ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::deq_gemm_scratch_bytes(f16_w[0]->n_in, rows), "matmul");
-    cuda::deq_wgmma_group(f16_w, f16_y, n_f16, x, rows, mma_scratch_, as_stream(stream_));
+    ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::deq_gemm_scratch_bytes(n_in, rows), "matmul");
+    if (n_q4k > 0) cuda::deq_wgmma_group(q4k_w, q4k_y, n_q4k, x, rows, mma_scratch_, as_stream(stream_));
+    if (n_q6k > 0) cuda::deq_wgmma_q6k_group(q6k_w, q6k_y, n_q6k, x, rows, mma_scratch_, as_stream(stream_));
     check_launch("matmul (prompt, f16)");
-    prompt_f16_products_ += n_f16;
+    prompt_f16_products_ += n_q4k + n_q6k;
   }
 }
 

@@ -1,8 +1,9 @@
 // The prompt GEMM for Q4_K tile weights (quant/q4k_tiles.h) on Hopper's warpgroup mma (wgmma,
 // sm_90a): weights dequantized to f16 (the same f16 bits as deq_gemm.cu), f16 activations
-// (to_half_rows_scaled in HalfOrder::kQ4k), fp32 sums. Not routed; tested
-// (CudaOps.DeqWgmmaQ4kAgainstExactAndBatchInvariant) and timed (bench/matmul_kernels). Without
-// sm_90a machine code (a build for sm_90 only) the kernel traps.
+// (to_half_rows_scaled in HalfOrder::kQ4k), fp32 sums. Routed for long prompt segments
+// (CudaBackend::prompt_matmul_shared_input); tested (CudaOps.DeqWgmmaQ4kAgainstExactAndBatchInvariant)
+// and timed (bench/matmul_kernels). Without sm_90a machine code (a build for sm_90 only) the
+// kernel traps.
 //
 // Why this shape. Session 12's first version (a producer warpgroup dequantizing into shared
 // memory, two consumer warpgroups running m64n256k16 on shared-memory operands) was correct but

@@ -1,8 +1,9 @@
 // The prompt GEMM for Q6_K tile weights (quant/q6k_tiles.h) on Hopper's warpgroup mma (wgmma,
 // sm_90a), deq_wgmma.cu's design for Q4_K applied to Q6_K: weights dequantized to f16 straight
 // into the register A fragments, f16 activations (to_half_rows_scaled in HalfOrder::kQ6k), fp32
-// sums. Not routed; tested (CudaOps.DeqWgmmaQ6kAgainstExactAndBatchInvariant) and timed
-// (bench/matmul_kernels). Without sm_90a machine code the kernel traps.
+// sums. Routed beside it for long prompt segments; tested
+// (CudaOps.DeqWgmmaQ6kAgainstExactAndBatchInvariant) and timed (bench/matmul_kernels). Without
+// sm_90a machine code the kernel traps.
 //
 // Precision. w = (q - 32) * half(d sc): d sc (f16 times int8, exact in fp32) rounded to f16 once
 // per 16-element group, q - 32 exact in f16, then one f16 multiply (round to nearest): two

@@ -61,7 +61,8 @@ void deq_gemm_group(const Weight* const* ws, float* const* ys, int n, const floa
                     cudaStream_t s);
 // deq_wgmma.cu -- the same product (same weights, scratch and f16 bits of its operands; fp32
 // sums in another order) on Hopper's warpgroup mma (sm_90a; a build without sm_90a machine code
-// traps). Rows batch-invariant among themselves; not routed.
+// traps). Rows batch-invariant among themselves; routed for long prompt segments
+// (CudaBackend::prompt_matmul_shared_input).
 void deq_wgmma_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                      cudaStream_t s);
 // The same sums in blocks of one warpgroup (128 outputs, two blocks an SM): for prompts whose
@@ -74,7 +75,7 @@ bool deq_wgmma_runs();
 // deq_wgmma_q6k.cu -- the same kind of product for Q6_K tile weights (quant/q6k_tiles.h; n_in %
 // 256 == 0): the weight (q - 32) half(d sc) in f16, f16 activations, fp32 sums on wgmma (sm_90a,
 // runs where deq_wgmma_runs). Same scratch (deq_gemm_scratch_bytes). Rows batch-invariant among
-// themselves; not routed.
+// themselves; routed as deq_wgmma_group.
 bool deq_wgmma_q6k_supports(const Weight& w);
 void deq_wgmma_q6k_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                          cudaStream_t s);
