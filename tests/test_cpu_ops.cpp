@@ -1719,12 +1719,11 @@ TEST_P(CpuOps, GdnDeltaRuleSplitCalls) {
   }
 }
 
-// Per-row checkpoints (speculative verification): with row_states, the state after row t of a
-// 16-row recurrent call is written at checkpoint t, untouched memory around them stays poisoned,
-// and checkpoint t equals (bit for bit) the final state of a plain call over rows [0, t] — so a
-// rollback to any accepted prefix restores exactly the state plain decoding would have — and the
-// double reference within the 1e-4 bound above.
-TEST_P(CpuOps, GdnDeltaRuleRowStates) {
+// keep_state (speculative verification): a 16-row recurrent call leaves S bit for bit as it
+// was and gives the outputs of the same call without keep_state bit for bit; and a replay of
+// the first t + 1 rows from that untouched S (what commit runs) ends in the state a plain call
+// over those rows ends in, within the 1e-4 bound of the double reference.
+TEST_P(CpuOps, GdnDeltaRuleKeepState) {
   const GdnCase s = {2, 6, 64, 32};
   const int rows = 16;
   const GdnData d = make_gdn_data(s, rows, 990);
@@ -1733,25 +1732,26 @@ TEST_P(CpuOps, GdnDeltaRuleRowStates) {
   shape.n_v = s.n_v;
   shape.d_k = s.d_k;
   shape.d_v = s.d_v;
-  const size_t ns = shape.state_floats(), vw = size_t(s.n_v) * s.d_v;
-  std::vector<float> S = d.S0, out(size_t(rows) * vw), cps(size_t(rows) * ns + kGuard, kPoison);
-  Dev<float> dqkv(be(), d.qkv), dg(be(), d.g), db(be(), d.beta), dS(be(), S), dout(be(), out), dcp(be(), cps);
-  be().gdn_delta_rule(shape, dqkv.p(), d.stride, dg.p(), db.p(), rows, dS.p(), dout.p(), false, dcp.p());
+  const size_t vw = size_t(s.n_v) * s.d_v;
+  std::vector<float> out(size_t(rows) * vw, kPoison);
+  Dev<float> dqkv(be(), d.qkv), dg(be(), d.g), db(be(), d.beta), dS(be(), d.S0), dout(be(), out);
+  be().gdn_delta_rule(shape, dqkv.p(), d.stride, dg.p(), db.p(), rows, dS.p(), dout.p(), false, /*keep_state=*/true);
   be().synchronize();
-  const std::vector<float> got = dcp.get();
-  for (size_t i = size_t(rows) * ns; i < got.size(); ++i) ASSERT_TRUE(same_bits(got[i], kPoison)) << "guard " << i;
+  const std::vector<float> S_after = dS.get(), kept_out = dout.get();
+  for (size_t i = 0; i < S_after.size(); ++i) ASSERT_TRUE(same_bits(S_after[i], d.S0[i])) << "state element " << i;
   Cmp guard("gdn_delta_rule buffers");
+  const GdnOut whole = gdn_run(be(), guard, d, {{rows, false}});
+  for (size_t i = 0; i < kept_out.size(); ++i)
+    ASSERT_TRUE(same_bits(kept_out[i], float(whole.out[i]))) << "output element " << i;
   std::vector<double> Sref(d.S0.begin(), d.S0.end());
   for (int t = 0; t < rows; ++t) {
-    SCOPED_TRACE("checkpoint " + std::to_string(t));
-    const GdnOut plain = gdn_run(be(), guard, d, {{t + 1, false}});
-    for (size_t i = 0; i < ns; ++i)
-      ASSERT_TRUE(same_bits(got[size_t(t) * ns + i], float(plain.S[i]))) << "element " << i;
+    SCOPED_TRACE("replay of " + std::to_string(t + 1) + " rows");
     Sref = gdn_reference(d, t, t + 1, Sref).S;
+    const GdnOut replay = gdn_run(be(), guard, d, {{t + 1, false}});
     double max_ref = 0, max_err = 0;
-    for (size_t i = 0; i < ns; ++i) {
+    for (size_t i = 0; i < Sref.size(); ++i) {
       max_ref = std::max(max_ref, std::abs(Sref[i]));
-      max_err = std::max(max_err, std::abs(double(got[size_t(t) * ns + i]) - Sref[i]));
+      max_err = std::max(max_err, std::abs(replay.S[i] - Sref[i]));
     }
     EXPECT_LE(max_err, 1e-4 * max_ref);
   }

@@ -208,12 +208,15 @@ class Backend {
   // qkv rows (stride qkv_stride) hold [q (n_k*d_k) | k (n_k*d_k) | v (n_v*d_v)], q and k already
   // L2-normalised (q also scaled). g, beta: rows × n_v. out: rows × n_v*d_v.
   // chunked = true uses the chunked (parallel) form; both give the same result to fp32 round-off.
-  // row_states (nullable, recurrent form only): the state after row t is also written to
-  // row_states + t * shape.state_floats() — the per-row checkpoints speculative verification
-  // commits from, so rolling back to any accepted prefix is a copy, never a replay.
+  // keep_state (recurrent form only): S is read and left unchanged. Speculative verification
+  // runs so, keeping its rows' inputs, and commit replays the kept prefix from S: that writes
+  // one state per layer, where per-row checkpoints wrote one per verified row.
+  // rows_limit (nullable, recurrent form only): backend memory holding a count; only the first
+  // min(rows, count) rows run (out's other rows untouched), so a replay of a varying number of
+  // rows is the same call whatever the number (one CUDA graph).
   virtual void gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
                               const float* beta, int rows, float* S, float* out, bool chunked,
-                              float* row_states = nullptr) = 0;
+                              bool keep_state = false, const int32_t* rows_limit = nullptr) = 0;
   // out[r][h] = rms_norm(x[r][h]; w, eps) * silu(z[r][h]) per value head (w shared by heads).
   virtual void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                               float eps) = 0;

@@ -119,9 +119,10 @@ void ForwardingBackend::gdn_conv_norm_gates(const GdnShape& shape, const float* 
 }
 void ForwardingBackend::gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
                                        const float* beta, int rows, float* S, float* out, bool chunked,
-                                       float* row_states) {
-  forward({BackendOp::kGdnDeltaRule},
-          [&] { inner_.gdn_delta_rule(shape, qkv, qkv_stride, g, beta, rows, S, out, chunked, row_states); });
+                                       bool keep_state, const int32_t* rows_limit) {
+  forward({BackendOp::kGdnDeltaRule}, [&] {
+    inner_.gdn_delta_rule(shape, qkv, qkv_stride, g, beta, rows, S, out, chunked, keep_state, rows_limit);
+  });
 }
 void ForwardingBackend::gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                                        float eps) {

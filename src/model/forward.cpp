@@ -28,7 +28,7 @@ struct TargetModel::Scratch : BackendBuffers {
   float *x, *u, *tmp, *qg, *k, *v, *attn, *qkv, *conv, *z, *alpha, *beta, *gdn, *gate, *up, *lhid, *logits;
   float* features = nullptr;  // [max_batch_rows][n_feature_layers * n_embd] when capturing
   int32_t *tokens, *pos;
-  int32_t* commit_rows;  // commit's source rows: {n_keep - 1 (state checkpoint), n_keep (conv window)}
+  int32_t* commit_rows;  // commit's n_keep: the replay's row limit and the conv window's source row
   // Host copies of the current batch, and its segments.
   std::vector<int32_t> h_tokens, h_pos;
   struct Segment {
@@ -70,15 +70,15 @@ TargetModel::TargetModel(const gguf::File& file, Backend& be, const ModelOptions
   s.conv = s.make<float>(R * size_t(g.conv_dim()));
   s.z = s.make<float>(R * size_t(g.n_v) * g.d_v);
   s.gdn = s.make<float>(R * size_t(g.n_v) * g.d_v);
-  s.alpha = s.make<float>(R * size_t(g.n_v));
-  s.beta = s.make<float>(R * size_t(g.n_v));
+  s.alpha = s.make<float>(2 * R * size_t(g.n_v));  // alpha then beta: a speculative segment's
+  s.beta = s.alpha + R * size_t(g.n_v);              // gates of both go to its replay record in one copy
   s.gate = s.make<float>(R * size_t(hp_.n_ff));
   s.up = s.make<float>(R * size_t(hp_.n_ff));
   s.lhid = s.make<float>(size_t(opt_.max_logit_rows) * E);
   s.logits = s.make<float>(size_t(opt_.max_logit_rows) * size_t(hp_.n_vocab));
   s.tokens = s.make<int32_t>(R);
   s.pos = s.make<int32_t>(R);
-  s.commit_rows = s.make<int32_t>(2);
+  s.commit_rows = s.make<int32_t>(1);
 }
 
 TargetModel::~TargetModel() {
@@ -279,18 +279,23 @@ void TargetModel::deltanet_layer(const LayerWeights& L, const Batch& batch, Sequ
       be_.copy(rec.conv_history(slot, L.gdn_index) + size_t(hist) * CD, s.qkv + sg.begin * CD,
                size_t(sg.n) * CD * sizeof(float));
     // Conv, q/k norms and gates of the segment's rows: per row the same math as over the whole
-    // batch, so the results do not depend on how a batch splits into segments.
+    // batch, so the results do not depend on how a batch splits into segments. A speculative
+    // segment's q | k | v go straight to its replay record, its gates after them (one copy).
+    float* conv_out = sg.speculative ? rec.replay_qkv(slot, L.gdn_index) : s.conv + sg.begin * CD;
     be_.gdn_conv_norm_gates(g, s.qkv + sg.begin * CD, CD, sg.n, L.conv_w, hp_.ssm_conv_kernel,
-                            rec.conv(slot, L.gdn_index), s.conv + sg.begin * CD, CD, hp_.rms_eps,
-                            1.0f / std::sqrt(float(g.d_k)), s.beta + sg.begin * g.n_v, s.alpha + sg.begin * g.n_v,
-                            L.ssm_a, L.dt_bias);
+                            rec.conv(slot, L.gdn_index), conv_out, CD, hp_.rms_eps, 1.0f / std::sqrt(float(g.d_k)),
+                            s.beta + sg.begin * g.n_v, s.alpha + sg.begin * g.n_v, L.ssm_a, L.dt_bias);
+    if (sg.speculative)
+      be_.copy_2d(rec.replay_gates(slot, L.gdn_index), size_t(rec.checkpoint_rows()) * g.n_v * sizeof(float),
+                  s.alpha + sg.begin * g.n_v, size_t(s.beta - s.alpha) * sizeof(float),
+                  size_t(sg.n) * g.n_v * sizeof(float), 2);
   }
   for (const auto& sg : s.segs) {
     const int slot = st.get(sg.seq).recurrent_slot;
-    float* row_states = sg.speculative ? rec.row_states(slot, L.gdn_index) : nullptr;
-    be_.gdn_delta_rule(g, s.conv + sg.begin * CD, CD, s.alpha + sg.begin * g.n_v, s.beta + sg.begin * g.n_v, sg.n,
-                       rec.state(slot, L.gdn_index), s.gdn + sg.begin * VD,
-                       sg.prefill(), row_states);
+    // A speculative segment leaves the state as it was: commit replays the kept rows.
+    const float* qkv = sg.speculative ? rec.replay_qkv(slot, L.gdn_index) : s.conv + sg.begin * CD;
+    be_.gdn_delta_rule(g, qkv, CD, s.alpha + sg.begin * g.n_v, s.beta + sg.begin * g.n_v, sg.n,
+                       rec.state(slot, L.gdn_index), s.gdn + sg.begin * VD, sg.prefill(), sg.speculative);
   }
   be_.gated_rms_norm(s.gdn, s.z, L.ssm_norm, R, g.n_v, g.d_v, hp_.rms_eps);
   const Weight* out_w = &L.ssm_out;
@@ -340,22 +345,27 @@ void TargetModel::commit(SequenceStore& st, int seq, int n_keep) {
   if (n_keep < 1 || n_keep > q.spec_rows)
     fail("commit of {} rows: the speculative segment has {}", n_keep, q.spec_rows);
   if (n_gdn_ > 0) {
-    // Two strided copies over every DeltaNet layer, as one step, from the rows named in device
-    // memory: the step is the same whatever n_keep (also when every row is kept, which copies
-    // the state the verify pass left in place), so one CUDA graph replays every commit, and
-    // callers may put the drafter's ingest of the kept rows in the same step.
+    // Per DeltaNet layer, the delta rule over the kept rows from the state the verify pass left
+    // unchanged (the same kernel on the same inputs, so the same bits as if those rows alone
+    // had run), then one strided copy of every layer's conv window. n_keep is read from device
+    // memory by both, so the step is the same whatever n_keep: one CUDA graph replays every
+    // commit, and callers may put the drafter's ingest of the kept rows in the same step.
     StepScope step(be_);
     RecurrentPool& rec = *st.recurrent();
     const int slot = q.recurrent_slot;
-    const size_t CD = size_t(gdn_shape().conv_dim());
+    const GdnShape g = gdn_shape();
+    const size_t CD = size_t(g.conv_dim()), gates_rows = size_t(rec.checkpoint_rows()) * g.n_v;
+    const int32_t row = n_keep;
+    be_.upload(s_->commit_rows, &row, sizeof(row));
+    for (int l = 0; l < n_gdn_; ++l) {
+      const float* gates = rec.replay_gates(slot, l);
+      be_.gdn_delta_rule(g, rec.replay_qkv(slot, l), CD, gates, gates + gates_rows, q.spec_rows, rec.state(slot, l),
+                         s_->gdn, /*chunked=*/false, /*keep_state=*/false, s_->commit_rows);
+    }
     const size_t pitch = rec.layer_stride() * sizeof(float), ck_pitch = rec.checkpoint_layer_stride() * sizeof(float);
-    const int32_t rows[2] = {n_keep - 1, n_keep};
-    be_.upload(s_->commit_rows, rows, sizeof(rows));
-    be_.copy_2d_indexed(rec.state(slot, 0), pitch, rec.row_states(slot, 0), ck_pitch, rec.state_floats() * sizeof(float),
-                        n_gdn_, s_->commit_rows, rec.state_floats() * sizeof(float));
     // The window after row n_keep-1 is rows [n_keep, n_keep + K-1) of [old window ; inputs].
     be_.copy_2d_indexed(rec.conv(slot, 0), pitch, rec.conv_history(slot, 0), ck_pitch, rec.conv_floats() * sizeof(float),
-                        n_gdn_, s_->commit_rows + 1, CD * sizeof(float));
+                        n_gdn_, s_->commit_rows, CD * sizeof(float));
   }
   q.n_past = q.spec_begin + n_keep;
   q.spec_begin = -1;

@@ -12,9 +12,10 @@ RecurrentPool::RecurrentPool(Backend& be, int n_layers, int n_slots, const GdnSh
   total_floats_ = slot_floats_ * size_t(n_slots);
   base_ = static_cast<float*>(be_.alloc(std::max<size_t>(total_floats_, 1) * sizeof(float)));
   for (int s = n_slots - 1; s >= 0; --s) free_.push_back(s);
+  conv_dim_ = size_t(shape.conv_dim());
   if (checkpoint_rows_ > 0) {
-    checkpoint_layer_floats_ = size_t(checkpoint_rows_) * state_floats_ +
-                               size_t(conv_kernel - 1 + checkpoint_rows_) * shape.conv_dim();
+    history_floats_ = size_t(conv_kernel - 1 + checkpoint_rows_) * conv_dim_;
+    checkpoint_layer_floats_ = history_floats_ + size_t(checkpoint_rows_) * (conv_dim_ + 2 * size_t(shape.n_v));
     checkpoint_total_floats_ = checkpoint_layer_floats_ * size_t(n_layers) * size_t(n_slots);
     checkpoints_ = static_cast<float*>(be_.alloc(checkpoint_total_floats_ * sizeof(float)));
   }

@@ -1,8 +1,11 @@
 // Gated DeltaNet state for all recurrent layers, one slot per sequence: the delta-rule state
 // S [n_v][d_k][d_v] and the conv window [K-1][conv_dim], both f32 (rollback must be exact).
 // With checkpoint_rows > 0 each slot also has, per layer, room for a speculative segment of up
-// to that many rows: the state after every row, and the conv inputs [old window ; the rows], so
-// committing any prefix of the segment is two copies.
+// to that many rows: the conv inputs [old window ; the rows] and the delta rule's inputs of the
+// rows (q, k, v after the conv and norms; the gates g and beta). Verification leaves the state
+// as it was, so committing any prefix of the segment is a copy of the window and a replay of
+// the kept rows' delta rule from those inputs (16 verify rows used to write 16 states a layer,
+// 3 MB each at the 27B shape; the inputs are 41 KB a row).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -24,11 +27,13 @@ class RecurrentPool {
   size_t bytes() const { return (total_floats_ + checkpoint_total_floats_) * sizeof(float); }
 
   int checkpoint_rows() const { return checkpoint_rows_; }
-  // Row t's state checkpoint is row_states(slot, layer) + t * state_floats().
-  float* row_states(int slot, int layer) const { return checkpoint_layer(slot, layer); }
   // [K-1 + checkpoint_rows][conv_dim]: the window before the segment, then the segment's inputs.
-  float* conv_history(int slot, int layer) const {
-    return checkpoint_layer(slot, layer) + size_t(checkpoint_rows_) * state_floats_;
+  float* conv_history(int slot, int layer) const { return checkpoint_layer(slot, layer); }
+  // [checkpoint_rows][conv_dim]: the segment's delta-rule inputs q | k | v, a row each.
+  float* replay_qkv(int slot, int layer) const { return checkpoint_layer(slot, layer) + history_floats_; }
+  // [2][checkpoint_rows][n_v]: the segment's gates, g (rows 0 .. checkpoint_rows - 1) then beta.
+  float* replay_gates(int slot, int layer) const {
+    return replay_qkv(slot, layer) + size_t(checkpoint_rows_) * conv_dim_;
   }
   size_t state_floats() const { return state_floats_; }
   size_t conv_floats() const { return conv_floats_; }
@@ -49,6 +54,7 @@ class RecurrentPool {
   Backend& be_;
   int n_layers_, n_slots_;
   size_t state_floats_, conv_floats_, layer_floats_, slot_floats_, total_floats_;
+  size_t conv_dim_ = 0, history_floats_ = 0;
   float* base_ = nullptr;
   int checkpoint_rows_ = 0;
   size_t checkpoint_layer_floats_ = 0, checkpoint_total_floats_ = 0;

@@ -43,7 +43,8 @@ class CpuBackend final : public Backend {
   void l2_norm_heads(float* x, size_t row_stride, int rows, int n_heads, int dim, float eps, float scale) override;
   void gdn_gates(float* b, float* a, const float* a_coef, const float* dt_bias, int rows, int n_v) override;
   void gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
-                      const float* beta, int rows, float* S, float* out, bool chunked, float* row_states) override;
+                      const float* beta, int rows, float* S, float* out, bool chunked, bool keep_state,
+                      const int32_t* rows_limit) override;
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                       float eps) override;
   void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) override;

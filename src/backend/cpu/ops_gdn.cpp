@@ -30,9 +30,7 @@ struct HeadIo {
   size_t out_stride;
 };
 
-// row_states (nullable): this head's state after row t goes to row_states + t * row_state_stride.
-void recurrent_head(const GdnShape& sh, const HeadIo& io, int h, int rows, float* S, float* row_states,
-                    size_t row_state_stride) {
+void recurrent_head(const GdnShape& sh, const HeadIo& io, int h, int rows, float* S) {
   const int dk = sh.d_k, dv = sh.d_v;
   float m[kMaxHeadDim], delta[kMaxHeadDim];  // no allocation on the decode path
   for (int t = 0; t < rows; ++t) {
@@ -62,7 +60,6 @@ void recurrent_head(const GdnShape& sh, const HeadIo& io, int h, int rows, float
         o[j] += Si[j] * qi;
       }
     }
-    if (row_states) std::copy_n(S, size_t(dk) * dv, row_states + size_t(t) * row_state_stride);
   }
 }
 
@@ -147,9 +144,10 @@ void chunked_head(const GdnShape& sh, const HeadIo& io, int h, int rows, float* 
 
 void CpuBackend::gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
                                 const float* beta, int rows, float* S, float* out, bool chunked,
-                                float* row_states) {
+                                bool keep_state, const int32_t* rows_limit) {
   const size_t head_state = size_t(shape.d_k) * shape.d_v;
-  if (row_states && chunked) fail("gdn_delta_rule: per-row states need the recurrent form");
+  if ((keep_state || rows_limit) && chunked) fail("gdn_delta_rule: keep_state and rows_limit need the recurrent form");
+  if (rows_limit) rows = std::min(rows, *rows_limit);  // (backend memory is host memory here)
   pool_.parallel_for(shape.n_v, 1, [&](int64_t hb, int64_t he, int) {
     for (int64_t h = hb; h < he; ++h) {
       const int kh = int(h % shape.n_k);  // GGUF tiles value heads over key heads
@@ -160,9 +158,12 @@ void CpuBackend::gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t 
       float* Sh = S + size_t(h) * head_state;
       if (chunked) {
         chunked_head(shape, io, int(h), rows, Sh);
+      } else if (keep_state) {  // run on a copy of the head's state
+        thread_local std::vector<float> work;
+        work.assign(Sh, Sh + head_state);
+        recurrent_head(shape, io, int(h), rows, work.data());
       } else {
-        recurrent_head(shape, io, int(h), rows, Sh, row_states ? row_states + size_t(h) * head_state : nullptr,
-                       shape.state_floats());
+        recurrent_head(shape, io, int(h), rows, Sh);
       }
     }
   });

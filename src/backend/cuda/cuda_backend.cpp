@@ -552,10 +552,10 @@ void CudaBackend::gdn_conv_norm_gates(const GdnShape& shape, const float* x, siz
 // the recurrent kernel otherwise (both compute the same function to fp32 round-off).
 void CudaBackend::gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
                                  const float* beta, int rows, float* S, float* out, bool chunked,
-                                 float* row_states) {
+                                 bool keep_state, const int32_t* rows_limit) {
   if (rows <= 0 || shape.n_v <= 0) return;
   if (shape.n_k <= 0 || shape.d_k <= 0 || shape.d_v <= 0) fail("gdn_delta_rule: empty head shape");
-  if (row_states && chunked) fail("gdn_delta_rule: per-row states need the recurrent form");
+  if ((keep_state || rows_limit) && chunked) fail("gdn_delta_rule: keep_state and rows_limit need the recurrent form");
   enter();
   if (chunked && cuda::gdn_chunked_supports(shape)) {
     ensure_scratch(gdn_scratch_, gdn_scratch_cap_, cuda::gdn_chunked_scratch_bytes(shape, rows), "gdn_delta_rule");
@@ -564,7 +564,13 @@ void CudaBackend::gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t
     check_launch("gdn_delta_rule (chunked)");
     return;
   }
-  cuda::gdn_delta_rule(shape, qkv, qkv_stride, g, beta, rows, S, out, row_states, as_stream(stream_));
+  if (keep_state && !cuda::gdn_recurrent_in_registers(shape)) {  // that kernel updates S in memory: a copy
+    ensure_scratch(gdn_scratch_, gdn_scratch_cap_, shape.state_floats() * sizeof(float), "gdn_delta_rule");
+    CudaBackend::copy(gdn_scratch_, S, shape.state_floats() * sizeof(float));
+    S = static_cast<float*>(gdn_scratch_);
+    keep_state = false;
+  }
+  cuda::gdn_delta_rule(shape, qkv, qkv_stride, g, beta, rows, S, out, keep_state, rows_limit, as_stream(stream_));
   check_launch("gdn_delta_rule");
 }
 

@@ -77,7 +77,8 @@ class CudaBackend : public Backend {
                            int kernel, float* conv_state, float* out, size_t out_stride, float eps, float q_scale,
                            float* beta, float* alpha, const float* a_coef, const float* dt_bias) override;
   void gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
-                      const float* beta, int rows, float* S, float* out, bool chunked, float* row_states) override;
+                      const float* beta, int rows, float* S, float* out, bool chunked, bool keep_state,
+                      const int32_t* rows_limit) override;
   void gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,
                       float eps) override;
   void argmax_rows(const float* x, int rows, int n, size_t stride, int32_t* out_host) override;

@@ -592,11 +592,12 @@ void CudaGraphBackend::gdn_conv_norm_gates(const GdnShape& shape, const float* x
 
 void CudaGraphBackend::gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g,
                                       const float* beta, int rows, float* S, float* out, bool chunked,
-                                      float* row_states) {
+                                      bool keep_state, const int32_t* rows_limit) {
   if (!recording())
-    return CudaBackend::gdn_delta_rule(shape, qkv, qkv_stride, g, beta, rows, S, out, chunked, row_states);
+    return CudaBackend::gdn_delta_rule(shape, qkv, qkv_stride, g, beta, rows, S, out, chunked, keep_state,
+                                       rows_limit);
   record(Op::kDeltaRule, &CudaBackend::gdn_delta_rule, shape, qkv, qkv_stride, g, beta, rows, S, out, chunked,
-         row_states);
+         keep_state, rows_limit);
 }
 
 void CudaGraphBackend::gated_rms_norm(float* x, const float* z, const float* w, int rows, int n_heads, int dim,

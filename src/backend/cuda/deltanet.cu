@@ -9,6 +9,7 @@
 // 64 KB per head at d_k = d_v = 128). gdn_recurrent_reg_k keeps the column in registers
 // instead (d_k 64 or 128); the version with S in global memory serves the other shapes.
 #include <algorithm>
+#include <stdexcept>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
@@ -22,10 +23,11 @@ constexpr int kColsPerBlock = 64;
 // grid (n_v, ceil(d_v / kColsPerBlock)); dynamic shared memory: q and k of the token (2 d_k).
 __global__ void __launch_bounds__(kColsPerBlock)
     gdn_recurrent_k(int n_k, int n_v, int dk, int dv, const float* __restrict__ qkv, size_t qkv_stride,
-                    const float* __restrict__ g, const float* __restrict__ beta, int rows, float* __restrict__ S,
-                    float* __restrict__ out, float* __restrict__ row_states) {
+                    const float* __restrict__ g, const float* __restrict__ beta, int rows,
+                    const int32_t* __restrict__ rows_limit, float* __restrict__ S, float* __restrict__ out) {
   pdl_wait();
   pdl_trigger();
+  if (rows_limit != nullptr) rows = min(rows, *rows_limit);
   extern __shared__ float qk[];  // q[dk] then k[dk]
   const int h = blockIdx.x, kh = h % n_k;  // GGUF tiles value heads over key heads
   const int j = blockIdx.y * kColsPerBlock + threadIdx.x;
@@ -55,7 +57,6 @@ __global__ void __launch_bounds__(kColsPerBlock)
     for (int i = 0; i < dk; ++i) {  // write, then read with the updated state
       const float sij = Sh[int64_t(i) * dv + j] + qk[dk + i] * delta;
       Sh[int64_t(i) * dv + j] = sij;
-      if (row_states) row_states[size_t(t) * n_v * dk * dv + (int64_t(h) * dk + i) * dv + j] = sij;
       o += sij * qk[i];
     }
     out[size_t(t) * out_stride + size_t(h) * dv + j] = o;
@@ -70,17 +71,19 @@ __global__ void __launch_bounds__(kColsPerBlock)
 // threads, so the 132 SMs of an H200 hold 2-3 blocks each (128-thread blocks left 60 SMs with
 // twice the work of the others, which bounds a verify step's checkpoint writes). q and k of the
 // token are read per thread from L1 (the 8 threads sharing a row part read the same addresses).
-// Per-row checkpoints are written from the registers. The block shape does not change any sum.
+// With keep_state the column is not written back. The block shape does not change any sum.
 constexpr int kRegColsPerBlock = 16;
 constexpr int kRegThreads = 4 * kRegColsPerBlock;  // 4 threads share a column
 
 template <int DK>
 __global__ void __launch_bounds__(kRegThreads)
     gdn_recurrent_reg_k(int n_k, int n_v, int dv, const float* __restrict__ qkv, size_t qkv_stride,
-                        const float* __restrict__ g, const float* __restrict__ beta, int rows, float* __restrict__ S,
-                        float* __restrict__ out, float* __restrict__ row_states) {
+                        const float* __restrict__ g, const float* __restrict__ beta, int rows,
+                        const int32_t* __restrict__ rows_limit, float* __restrict__ S, float* __restrict__ out,
+                        bool keep_state) {
   pdl_wait();
   pdl_trigger();
+  if (rows_limit != nullptr) rows = min(rows, *rows_limit);
   constexpr int kParts = 4, kRowsPerThread = DK / kParts;
   const int h = blockIdx.x, kh = h % n_k;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -93,7 +96,7 @@ __global__ void __launch_bounds__(kRegThreads)
   for (int ii = 0; ii < kRowsPerThread; ++ii) s[ii] = Sh[size_t(i0 + ii) * dv + j];
   const size_t q_off = size_t(kh) * DK + i0, k_off = size_t(n_k + kh) * DK + i0;
   const size_t v_off = size_t(2 * n_k) * DK + size_t(h) * dv + j;
-  const size_t state_floats = size_t(n_v) * DK * dv, out_stride = size_t(n_v) * dv;
+  const size_t out_stride = size_t(n_v) * dv;
   for (int t = 0; t < rows; ++t) {
     const float* row = qkv + size_t(t) * qkv_stride;
     const float alpha = expf(__ldg(g + size_t(t) * n_v + h));
@@ -119,35 +122,34 @@ __global__ void __launch_bounds__(kRegThreads)
     o += __shfl_xor_sync(0xffffffffu, o, 1);
     o += __shfl_xor_sync(0xffffffffu, o, 2);
     if (part == 0) out[size_t(t) * out_stride + size_t(h) * dv + j] = o;
-    if (row_states != nullptr) {
-      float* cp = row_states + size_t(t) * state_floats + size_t(h) * DK * dv;
-#pragma unroll
-      for (int ii = 0; ii < kRowsPerThread; ++ii) cp[size_t(i0 + ii) * dv + j] = s[ii];
-    }
   }
+  if (keep_state) return;
 #pragma unroll
   for (int ii = 0; ii < kRowsPerThread; ++ii) Sh[size_t(i0 + ii) * dv + j] = s[ii];
 }
 
 }  // namespace
 
+bool gdn_recurrent_in_registers(const GdnShape& sh) { return (sh.d_k == 128 || sh.d_k == 64) && sh.d_v % 32 == 0; }
+
 void gdn_delta_rule(const GdnShape& sh, const float* qkv, size_t qkv_stride, const float* g, const float* beta,
-                    int rows, float* S, float* out, float* row_states, cudaStream_t s) {
-  if ((sh.d_k == 128 || sh.d_k == 64) && sh.d_v % 32 == 0) {  // registers version (Qwen3.5: 128 x 128)
+                    int rows, float* S, float* out, bool keep_state, const int32_t* rows_limit, cudaStream_t s) {
+  if (gdn_recurrent_in_registers(sh)) {  // registers version (Qwen3.5: 128 x 128)
     const dim3 grid(unsigned(sh.n_v), unsigned(sh.d_v / kRegColsPerBlock));
     if (sh.d_k == 128) {
-      launch(gdn_recurrent_reg_k<128>, grid, kRegThreads, 0, s, sh.n_k, sh.n_v, sh.d_v, qkv, qkv_stride, g, beta, rows, S, out,
-                                                    row_states);
+      launch(gdn_recurrent_reg_k<128>, grid, kRegThreads, 0, s, sh.n_k, sh.n_v, sh.d_v, qkv, qkv_stride, g, beta, rows,
+             rows_limit, S, out, keep_state);
     } else {
-      launch(gdn_recurrent_reg_k<64>, grid, kRegThreads, 0, s, sh.n_k, sh.n_v, sh.d_v, qkv, qkv_stride, g, beta, rows, S, out,
-                                                   row_states);
+      launch(gdn_recurrent_reg_k<64>, grid, kRegThreads, 0, s, sh.n_k, sh.n_v, sh.d_v, qkv, qkv_stride, g, beta, rows,
+             rows_limit, S, out, keep_state);
     }
     return;
   }
+  if (keep_state) throw std::invalid_argument("gdn_delta_rule: this shape updates S in place (copy it first)");
   const dim3 grid(unsigned(sh.n_v), ceil_div(sh.d_v, kColsPerBlock));
   const size_t shared = size_t(2) * sh.d_k * sizeof(float);
   launch(gdn_recurrent_k, grid, kColsPerBlock, shared, s, sh.n_k, sh.n_v, sh.d_k, sh.d_v, qkv, qkv_stride, g, beta, rows,
-                                                      S, out, row_states);
+         rows_limit, S, out);
 }
 
 }  // namespace df::cuda

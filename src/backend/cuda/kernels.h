@@ -204,7 +204,11 @@ void gdn_conv_norm_gates(const GdnShape& shape, const float* x, size_t x_stride,
 
 // deltanet.cu
 void gdn_delta_rule(const GdnShape& shape, const float* qkv, size_t qkv_stride, const float* g, const float* beta,
-                    int rows, float* S, float* out, float* row_states, cudaStream_t s);
+                    int rows, float* S, float* out, bool keep_state, const int32_t* rows_limit, cudaStream_t s);
+// Whether gdn_delta_rule keeps the state in registers (d_k 64 or 128, d_v % 32 == 0): then
+// keep_state just skips its write; the other shapes update S in global memory, so they take
+// keep_state = false only (the caller runs them on a copy).
+bool gdn_recurrent_in_registers(const GdnShape& shape);
 // deltanet_chunked.cu -- the chunked (WY) form for prefill, for the shapes gdn_chunked_supports
 // takes; scratch: gdn_chunked_scratch_bytes(shape, rows) of device memory (no per-row states).
 bool gdn_chunked_supports(const GdnShape& shape);
