@@ -851,7 +851,7 @@ TEST_F(CudaOps, Q80GemmRowsEqualDecodeRows) {
 }
 
 // The prompt GEMMs on dequantized tiles (deq_gemm.cu, deq_wgmma.cu: Q4_K; deq_wgmma_q6k.cu:
-// Q6_K; fn), against exact double products of the dequantized weights: two weights of one input
+// Q6_K; deq_wgmma_iq4xs.cu, deq_wgmma_q5k.cu: IQ4_XS, Q5_K; fn), against exact double products of the dequantized weights: two weights of one input
 // in one call (ffn gate/up style; output tails of 300 and 130 rows past the 128- and 256-output
 // blocks), rows tails, a row scaled past f16's range and a zero row; the weights uploaded by
 // upload_matrix, so as the tiles the kernels read. Bound per element: the f16 weight's error
@@ -859,7 +859,7 @@ TEST_F(CudaOps, Q80GemmRowsEqualDecodeRows) {
 // rounded once each, then one fused multiply-add): 3 roundings of at most 2^-11 of the
 // sub-block's range 15 d sc + dmin m. Q6_K's, (q - 32) half(d sc) with one f16 multiply: two
 // roundings, |w| (2^-10 + 2^-22) + 2^-19 (f16's subnormal half-spacing 2^-25 in each, times up
-// to 33). Then batch invariance among fn's own calls: rows in calls of 33, 130 and 133 rows
+// to 33); IQ4_XS's and Q5_K's at their tests. Then batch invariance among fn's own calls: rows in calls of 33, 130 and 133 rows
 // starting elsewhere give the same bits as in the full call. With vs_deq_gemm (Q4_K), also each
 // output within the same bound of deq_gemm's (both multiply the same f16 bits; only the fp32
 // summation order differs); with same_bits_as, every output the same bits as that function's.
@@ -868,14 +868,17 @@ void expect_deq_products(Backend& gpu, GgmlType type, DeqGroupFn fn, const std::
                          DeqGroupFn same_bits_as = nullptr) {
   const int64_t n_in = 2048;
   const int64_t n_outs[2] = {300, 130};
-  const bool q6k = type == GgmlType::Q6_K;
+  const bool q6k = type == GgmlType::Q6_K, iq4 = type == GgmlType::IQ4_XS, q5k = type == GgmlType::Q5_K;
   std::vector<HostWeight> hws;
   std::vector<Weight> ws;
   for (int i = 0; i < 2; ++i) {
     hws.push_back(make_weight(type, n_in, n_outs[i], 8100 + uint64_t(i)));
     ws.push_back(gpu.upload_matrix(Weight{type, n_in, n_outs[i], hws.back().bytes.data(), hws.back().row_bytes}));
     ASSERT_TRUE(ws.back().tiles) << type_name(type) << ": upload_matrix stored GGUF rows";
-    ASSERT_TRUE(q6k ? cuda::deq_wgmma_q6k_supports(ws.back()) : cuda::deq_gemm_supports(ws.back()));
+    ASSERT_TRUE(q6k   ? cuda::deq_wgmma_q6k_supports(ws.back())
+                : iq4 ? cuda::deq_wgmma_iq4xs_supports(ws.back())
+                : q5k ? cuda::deq_wgmma_q5k_supports(ws.back())
+                      : cuda::deq_gemm_supports(ws.back()));
   }
   // Per weight element: the bound on its f16 form's error (above), from the block bytes.
   auto weight_tols = [&](const HostWeight& hw) {
@@ -884,16 +887,22 @@ void expect_deq_products(Backend& gpu, GgmlType type, DeqGroupFn fn, const std::
       for (size_t e = 0; e < r.size(); ++e) r[e] = (0x1p-10 + 0x1p-22) * std::fabs(double(hw.W[e])) + 0x1p-19;
       return r;
     }
+    if (iq4) {  // half(d (ls - 32)) v, |v| <= 127: the subnormal half-spacing 2^-25 times up to 128
+      for (size_t e = 0; e < r.size(); ++e) r[e] = (0x1p-10 + 0x1p-22) * std::fabs(double(hw.W[e])) + 0x1p-18;
+      return r;
+    }
+    const size_t sb_bytes = q5k ? 176 : 144;
+    const double q_max = q5k ? 31.0 : 15.0;
     for (int64_t o = 0; o < hw.n_out; ++o)
       for (int64_t b = 0; b < n_in / 256; ++b) {
-        const uint8_t* blk = hw.bytes.data() + size_t(o) * hw.row_bytes + size_t(b) * 144;
+        const uint8_t* blk = hw.bytes.data() + size_t(o) * hw.row_bytes + size_t(b) * sb_bytes;
         uint16_t dh, mh;
         std::memcpy(&dh, blk, 2);
         std::memcpy(&mh, blk + 2, 2);
         for (int j = 0; j < 8; ++j) {
           uint8_t sc, mn;
           quant::k4_scale_min(blk + 4, j, sc, mn);
-          const double range = 15.0 * double(f16_to_f32(dh)) * sc + double(f16_to_f32(mh)) * mn;
+          const double range = q_max * double(f16_to_f32(dh)) * sc + double(f16_to_f32(mh)) * mn;
           for (int e = 0; e < 32; ++e) r[size_t(o * n_in + b * 256 + j * 32 + e)] = 3 * 0x1p-11 * range;
         }
       }
@@ -995,6 +1004,20 @@ TEST_F(CudaOps, DeqWgmmaQ4kAgainstExactAndBatchInvariant) {
 // tile layout's slot rotation.
 TEST_F(CudaOps, DeqWgmmaQ6kAgainstExactAndBatchInvariant) {
   expect_deq_products(gpu(), GgmlType::Q6_K, cuda::deq_wgmma_q6k_group, "deq_wgmma_q6k", /*vs_deq_gemm=*/false);
+}
+
+// The IQ4_XS and Q5_K wgmma GEMMs (deq_wgmma_iq4xs.cu, deq_wgmma_q5k.cu, sm_90a) on their tile
+// layouts (as upload_matrix stores them), the same checks. IQ4_XS's weight half(d (ls - 32)) v
+// (two roundings, |v| <= 127): (2^-10 + 2^-22) |w| + 2^-18. Q5_K's, Q4_K's formula with 5-bit
+// quants: 3 roundings of 2^-11 of the sub-block's range 31 d sc + dmin m.
+TEST_F(CudaOps, DeqWgmmaIq4xsAgainstExactAndBatchInvariant) {
+  if (!cuda::deq_wgmma_runs()) GTEST_SKIP() << "no Hopper GPU or no sm_90a machine code in this build";
+  expect_deq_products(gpu(), GgmlType::IQ4_XS, cuda::deq_wgmma_iq4xs_group, "deq_wgmma_iq4xs", /*vs_deq_gemm=*/false);
+}
+
+TEST_F(CudaOps, DeqWgmmaQ5kAgainstExactAndBatchInvariant) {
+  if (!cuda::deq_wgmma_runs()) GTEST_SKIP() << "no Hopper GPU or no sm_90a machine code in this build";
+  expect_deq_products(gpu(), GgmlType::Q5_K, cuda::deq_wgmma_q5k_group, "deq_wgmma_q5k", /*vs_deq_gemm=*/false);
 }
 
 // Rows beyond f16's range (|x| >= 65504, as large models' SwiGLU outputs can be) on the f16

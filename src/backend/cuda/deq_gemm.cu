@@ -219,13 +219,24 @@ size_t deq_gemm_scratch_bytes(int64_t n_in, int rows) {
   return (rows_pad * size_t(n_in) * sizeof(__half) + 255) / 256 * 256 + rows_pad * sizeof(int);
 }
 
+namespace {
+bool deq_kernel_takes(const Weight& w, GgmlType type) {
+  switch (type) {
+    case GgmlType::Q4_K: return deq_gemm_supports(w);
+    case GgmlType::Q6_K: return deq_wgmma_q6k_supports(w);
+    case GgmlType::IQ4_XS: return deq_wgmma_iq4xs_supports(w);
+    case GgmlType::Q5_K: return deq_wgmma_q5k_supports(w);
+    default: return false;
+  }
+}
+}  // namespace
+
 HalfOperands half_operands(const Weight* const* ws, int n, const float* x, int rows, void* scratch, cudaStream_t s,
-                           const char* what, HalfOrder order) {
+                           const char* what, HalfOrder order, GgmlType type) {
   const int64_t n_in = ws[0]->n_in;
-  const bool q6k = order == HalfOrder::kQ6k;
   for (int i = 0; i < n; ++i)
-    if (!(q6k ? deq_wgmma_q6k_supports(*ws[i]) : deq_gemm_supports(*ws[i])) || ws[i]->n_in != n_in)
-      throw std::invalid_argument(std::string(what) + (q6k ? ": Q6_K" : ": Q4_K") + " tile weights of one n_in only");
+    if (!deq_kernel_takes(*ws[i], type) || ws[i]->n_in != n_in)
+      throw std::invalid_argument(std::string(what) + ": " + type_name(type) + " tile weights of one n_in only");
   const int rows_pad = (rows + 7) / 8 * 8;
   auto* xh = static_cast<__half*>(scratch);
   auto* shift = reinterpret_cast<int*>(static_cast<uint8_t*>(scratch) +
@@ -237,7 +248,7 @@ HalfOperands half_operands(const Weight* const* ws, int n, const float* x, int r
 void deq_gemm_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                     cudaStream_t s) {
   if (n == 0 || rows == 0) return;
-  const HalfOperands h = half_operands(ws, n, x, rows, scratch, s, "deq_gemm_group");
+  const HalfOperands h = half_operands(ws, n, x, rows, scratch, s, "deq_gemm_group", HalfOrder::kNatural, GgmlType::Q4_K);
   (void)raise_smem_limit<deq_gemm_q4k_kernel>(kSmemBytes, /*carveout_max=*/true);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
     const Segments t = segments_in_blocks_of(segs, kBM);

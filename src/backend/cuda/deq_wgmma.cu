@@ -87,29 +87,6 @@ struct Shape {
 };
 static_assert(Shape<1>::kAhead >= 2 && Shape<2>::kAhead >= 2 && kAcc == 64, "m64n128 sums (wgmma.cuh); copies ahead");
 
-#ifdef DF_WGMMA
-// sub_block_scale (q4k_half.cuh: the same bits) for sub-block 2 kPair + hi, hi < 2: which of
-// Q4_K's two packings holds it is known at compile time.
-template <int kPair>
-__device__ __forceinline__ void pair_scale(const uint8_t* hdr, int hi, __half2& sc2, __half2& mn2) {
-  const uint32_t w0 = *reinterpret_cast<const uint32_t*>(hdr);
-  const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(w0 & 0xFFFF)));
-  const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(w0 >> 16)));
-  const uint8_t* q = hdr + 4;
-  const int j = 2 * kPair + hi;
-  int sc, mn;
-  if constexpr (kPair < 2) {
-    sc = q[j] & 63;
-    mn = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
-    mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-  sc2 = __float2half2_rn(d * float(sc));
-  mn2 = __float2half2_rn(-(dmin * float(mn)));
-}
-#endif  // DF_WGMMA
-
 template <int kWgs>
 __global__ void __launch_bounds__(kWg * kWgs, 3 - kWgs)
     deq_wgmma_q4k_kernel(const Segments segs, int n_sb, const __half* __restrict__ xh, const int* __restrict__ row_shift,
@@ -183,7 +160,7 @@ __global__ void __launch_bounds__(kWg * kWgs, 3 - kWgs)
     constexpr int kPair = decltype(pair_c)::value;
     const uint4 qv = *reinterpret_cast<const uint4*>(stage + kQ + t * kQ4kTileQuantStride + 16 * lane);
     __half2 sc, mn;
-    pair_scale<kPair>(stage + kH + t * kQ4kTileRows * 16 + 16 * (g + 8 * (c % 2)), c / 2, sc, mn);
+    q4k_pair_scale<kPair>(stage + kH + t * kQ4kTileRows * 16 + 16 * (g + 8 * (c % 2)), c / 2, sc, mn);
     uint32_t scs[2][2], mns[2][2];  // [row g / g + 8][sub-block 2 pair / + 1]
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr)
@@ -256,7 +233,7 @@ void deq_wgmma_launch(const Weight* const* ws, float* const* ys, int n, const fl
                       cudaStream_t s) {
   if (n == 0 || rows == 0) return;
   using S = Shape<kWgs>;
-  const HalfOperands h = half_operands(ws, n, x, rows, scratch, s, "deq_wgmma_group", HalfOrder::kQ4k);
+  const HalfOperands h = half_operands(ws, n, x, rows, scratch, s, "deq_wgmma_group", HalfOrder::kQ4k, GgmlType::Q4_K);
   (void)raise_smem_limit<deq_wgmma_q4k_kernel<kWgs>>(S::kSmemBytes, /*carveout_max=*/true);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
     const Segments t = segments_in_blocks_of(segs, S::kBM);

@@ -215,7 +215,7 @@ bool deq_wgmma_q6k_supports(const Weight& w) { return w.type == GgmlType::Q6_K &
 void deq_wgmma_q6k_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                          cudaStream_t s) {
   if (n == 0 || rows == 0) return;
-  const HalfOperands h = half_operands(ws, n, x, rows, scratch, s, "deq_wgmma_q6k_group", HalfOrder::kQ6k);
+  const HalfOperands h = half_operands(ws, n, x, rows, scratch, s, "deq_wgmma_q6k_group", HalfOrder::kQ6k, GgmlType::Q6_K);
   (void)raise_smem_limit<deq_wgmma_q6k_kernel>(kSmemBytes, /*carveout_max=*/true);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
     const Segments t = segments_in_blocks_of(segs, kBM);

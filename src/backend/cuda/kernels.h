@@ -79,6 +79,17 @@ bool deq_wgmma_runs();
 bool deq_wgmma_q6k_supports(const Weight& w);
 void deq_wgmma_q6k_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                          cudaStream_t s);
+// deq_wgmma_iq4xs.cu, deq_wgmma_q5k.cu -- the same kind of product for IQ4_XS and Q5_K tile
+// weights (quant/iq4xs_tiles.h, q5k_tiles.h; n_in % 256 == 0): IQ4_XS's weight half(d (ls - 32))
+// times the code-book value, Q5_K's Q4_K formula with 5-bit quants, in f16; f16 activations in
+// HalfOrder::kQ4k, fp32 sums on wgmma (sm_90a, runs where deq_wgmma_runs). Same scratch
+// (deq_gemm_scratch_bytes). Rows batch-invariant among themselves; not routed yet.
+bool deq_wgmma_iq4xs_supports(const Weight& w);
+void deq_wgmma_iq4xs_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
+                           cudaStream_t s);
+bool deq_wgmma_q5k_supports(const Weight& w);
+void deq_wgmma_q5k_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
+                         cudaStream_t s);
 // The order of k in which to_half_rows_scaled stores each row: as given, or permuted the way the
 // wgmma GEMMs' register fragments take k (wgmma_layout.h: kQ4k fragment_k_position within each
 // 64-element slice, n % 64 == 0; kQ6k q6k_fragment_k_position within each 256-element super-block,

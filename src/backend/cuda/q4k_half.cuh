@@ -33,6 +33,28 @@ __device__ __forceinline__ void sub_block_scale(const uint8_t* hdr, int s, __hal
   mn2 = __float2half2_rn(-(dmin * float(mn)));
 }
 
+// sub_block_scale (the same bits) for sub-block 2 kPair + hi, hi < 2, where the pair is known
+// at compile time and so which of Q4_K's two packings holds it (the wgmma GEMMs of Q4_K and
+// Q5_K tiles, whose headers are the same).
+template <int kPair>
+__device__ __forceinline__ void q4k_pair_scale(const uint8_t* hdr, int hi, __half2& sc2, __half2& mn2) {
+  const uint32_t w0 = *reinterpret_cast<const uint32_t*>(hdr);
+  const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(w0 & 0xFFFF)));
+  const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(w0 >> 16)));
+  const uint8_t* q = hdr + 4;
+  const int j = 2 * kPair + hi;
+  int sc, mn;
+  if constexpr (kPair < 2) {
+    sc = q[j] & 63;
+    mn = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
+    mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+  sc2 = __float2half2_rn(d * float(sc));
+  mn2 = __float2half2_rn(-(dmin * float(mn)));
+}
+
 // Eight quants (the low or high nibbles of the bytes of q, 8 consecutive elements) as eight f16
 // weights, four half2 words in element order (what one 16-byte store writes).
 __device__ __forceinline__ uint4 q4k_eight_halves(uint2 q, int shift, __half2 sc, __half2 mn) {
@@ -49,10 +71,10 @@ __device__ __forceinline__ uint4 q4k_eight_halves(uint2 q, int shift, __half2 sc
 }
 
 // The f16 operands the GEMMs on dequantized tiles read (deq_gemm.cu, deq_wgmma.cu,
-// deq_wgmma_q6k.cu): the weights checked (tiles of one n_in: Q6_K for order kQ6k, else Q4_K), x
-// converted by to_half_rows_scaled in that order of k into the scratch (deq_gemm_scratch_bytes'
-// layout: the f16 rows, then, 256-byte aligned, the rows' power-of-two shifts). Defined in
-// deq_gemm.cu; `what` names the caller in the error.
+// deq_wgmma_q6k.cu, deq_wgmma_iq4xs.cu, deq_wgmma_q5k.cu): the weights checked (tiles of `type`
+// that the caller's kernel takes, one n_in), x converted by to_half_rows_scaled in that order
+// of k into the scratch (deq_gemm_scratch_bytes' layout: the f16 rows, then, 256-byte aligned,
+// the rows' power-of-two shifts). Defined in deq_gemm.cu; `what` names the caller in the error.
 struct HalfOperands {
   const __half* xh;
   const int* shift;
@@ -60,6 +82,6 @@ struct HalfOperands {
   int rows_pad;
 };
 HalfOperands half_operands(const Weight* const* ws, int n, const float* x, int rows, void* scratch, cudaStream_t s,
-                           const char* what, HalfOrder order = HalfOrder::kNatural);
+                           const char* what, HalfOrder order, GgmlType type);
 
 }  // namespace df::cuda

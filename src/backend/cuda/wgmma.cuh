@@ -1,9 +1,11 @@
 // The PTX of Hopper's warpgroup mma that the wgmma GEMMs share (deq_wgmma.cu,
-// deq_wgmma_q6k.cu): fences, commit and wait, and m64n128k16 with A from registers. wgmma exists
+// deq_wgmma_q6k.cu, deq_wgmma_iq4xs.cu, deq_wgmma_q5k.cu): fences, commit and wait, and
+// m64n128k16 with A from registers; and their pipeline's k loop, epilogue and activation copies. wgmma exists
 // in sm_90a machine code only: DF_WGMMA is defined there, and the kernels trap without it.
 #pragma once
-#include <cstdint>
+#include <cuda_fp16.h>
 
+#include <cstdint>
 #include <type_traits>
 
 #include "backend/cuda/imma_common.cuh"
@@ -15,6 +17,37 @@
 #endif
 
 namespace df::cuda {
+
+// The activations' copies of a block of kThreads threads and kRows rows (from row r0 of the f16
+// scratch, n_in a row): slice k's 64 elements of each row into a stage's swizzled tile
+// (wgmma_layout.h). Thread t copies 16-byte chunk t % 8 (positions 8 (t % 8) .. + 7) of rows
+// t / 8 + (kThreads / 8) j; rows past rows_pad come in as zeros.
+template <int kThreads, int kRows>
+struct ActivationCopy {
+  static constexpr int kRowsPerPass = kThreads / 8, kPasses = kRows / kRowsPerPass;
+  static_assert(kPasses * kRowsPerPass == kRows, "whole passes");
+  const __half* xh;
+  const __half* src;
+  size_t step;
+  uint32_t dst[kPasses];
+  bool live[kPasses];
+  __device__ __forceinline__ ActivationCopy(const __half* xh_, int tid, int r0, int n_in, int rows_pad) : xh(xh_) {
+    const int row = tid / 8, chunk = tid % 8;
+    src = xh + size_t(r0 + row) * size_t(n_in) + 8 * chunk;
+    step = size_t(kRowsPerPass) * size_t(n_in);
+#pragma unroll
+    for (int j = 0; j < kPasses; ++j) {
+      dst[j] = wgmma::sw128_offset(uint32_t(row + kRowsPerPass * j), uint32_t(8 * chunk));
+      live[j] = r0 + row + kRowsPerPass * j < rows_pad;
+    }
+  }
+  // Slice k into the tile at shared address tile_s (1024-byte aligned).
+  __device__ __forceinline__ void operator()(int k, uint32_t tile_s) const {
+    const __half* s = src + size_t(k) * wgmma::kRowElems;
+#pragma unroll
+    for (int j = 0; j < kPasses; ++j) cp_async16(tile_s + dst[j], live[j] ? s + j * step : xh, live[j]);
+  }
+};
 
 #ifdef DF_WGMMA
 // Orders this thread's generic-proxy writes to shared memory (its cp.async copies once waited
