@@ -868,20 +868,26 @@ void expect_deq_products(Backend& gpu, GgmlType type, DeqGroupFn fn, const std::
                          DeqGroupFn same_bits_as = nullptr) {
   const int64_t n_in = 2048;
   const int64_t n_outs[2] = {300, 130};
-  const bool q6k = type == GgmlType::Q6_K;
+  const bool q6k = type == GgmlType::Q6_K, q80 = type == GgmlType::Q8_0;
   std::vector<HostWeight> hws;
   std::vector<Weight> ws;
   for (int i = 0; i < 2; ++i) {
     hws.push_back(make_weight(type, n_in, n_outs[i], 8100 + uint64_t(i)));
     ws.push_back(gpu.upload_matrix(Weight{type, n_in, n_outs[i], hws.back().bytes.data(), hws.back().row_bytes}));
     ASSERT_TRUE(ws.back().tiles) << type_name(type) << ": upload_matrix stored GGUF rows";
-    ASSERT_TRUE(q6k ? cuda::deq_wgmma_q6k_supports(ws.back()) : cuda::deq_gemm_supports(ws.back()));
+    ASSERT_TRUE(q6k   ? cuda::deq_wgmma_q6k_supports(ws.back())
+                : q80 ? cuda::deq_wgmma_q80_supports(ws.back())
+                      : cuda::deq_gemm_supports(ws.back()));
   }
   // Per weight element: the bound on its f16 form's error (above), from the block bytes.
   auto weight_tols = [&](const HostWeight& hw) {
     std::vector<double> r(hw.W.size());
     if (q6k) {
       for (size_t e = 0; e < r.size(); ++e) r[e] = (0x1p-10 + 0x1p-22) * std::fabs(double(hw.W[e])) + 0x1p-19;
+      return r;
+    }
+    if (q80) {  // half(d) q, d f16 already, with one f16 multiply: one rounding
+      for (size_t e = 0; e < r.size(); ++e) r[e] = 0x1p-11 * std::fabs(double(hw.W[e])) + 0x1p-25;
       return r;
     }
     for (int64_t o = 0; o < hw.n_out; ++o)
@@ -995,6 +1001,14 @@ TEST_F(CudaOps, DeqWgmmaQ4kAgainstExactAndBatchInvariant) {
 // tile layout's slot rotation.
 TEST_F(CudaOps, DeqWgmmaQ6kAgainstExactAndBatchInvariant) {
   expect_deq_products(gpu(), GgmlType::Q6_K, cuda::deq_wgmma_q6k_group, "deq_wgmma_q6k", /*vs_deq_gemm=*/false);
+}
+
+// The Q8_0 wgmma GEMM (deq_wgmma_q80.cu, sm_90a), the same checks: 8 super-blocks a row, each
+// slice two Q8_0 blocks with a d of their own a row; the weight's bound 2^-11 |w| + 2^-25 (one
+// f16 rounding of half(d) q, f16's subnormal half-spacing 2^-25).
+TEST_F(CudaOps, DeqWgmmaQ80AgainstExactAndBatchInvariant) {
+  if (!cuda::deq_wgmma_runs()) GTEST_SKIP() << "no Hopper GPU, or no sm_90a machine code in this build";
+  expect_deq_products(gpu(), GgmlType::Q8_0, cuda::deq_wgmma_q80_group, "deq_wgmma_q80", /*vs_deq_gemm=*/false);
 }
 
 // Rows beyond f16's range (|x| >= 65504, as large models' SwiGLU outputs can be) on the f16

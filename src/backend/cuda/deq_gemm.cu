@@ -222,10 +222,14 @@ size_t deq_gemm_scratch_bytes(int64_t n_in, int rows) {
 HalfOperands half_operands(const Weight* const* ws, int n, const float* x, int rows, void* scratch, cudaStream_t s,
                            const char* what, HalfOrder order) {
   const int64_t n_in = ws[0]->n_in;
-  const bool q6k = order == HalfOrder::kQ6k;
+  const bool q6k = order == HalfOrder::kQ6k, q80 = order == HalfOrder::kQ80;
   for (int i = 0; i < n; ++i)
-    if (!(q6k ? deq_wgmma_q6k_supports(*ws[i]) : deq_gemm_supports(*ws[i])) || ws[i]->n_in != n_in)
-      throw std::invalid_argument(std::string(what) + (q6k ? ": Q6_K" : ": Q4_K") + " tile weights of one n_in only");
+    if (!(q6k   ? deq_wgmma_q6k_supports(*ws[i])
+          : q80 ? deq_wgmma_q80_supports(*ws[i])
+                : deq_gemm_supports(*ws[i])) ||
+        ws[i]->n_in != n_in)
+      throw std::invalid_argument(std::string(what) + (q6k ? ": Q6_K" : q80 ? ": Q8_0" : ": Q4_K") +
+                                  " tile weights of one n_in only");
   const int rows_pad = (rows + 7) / 8 * 8;
   auto* xh = static_cast<__half*>(scratch);
   auto* shift = reinterpret_cast<int*>(static_cast<uint8_t*>(scratch) +

@@ -79,11 +79,19 @@ bool deq_wgmma_runs();
 bool deq_wgmma_q6k_supports(const Weight& w);
 void deq_wgmma_q6k_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                          cudaStream_t s);
+// deq_wgmma_q80.cu -- the same kind of product for Q8_0 tile weights (quant/q80_tiles.h; n_in %
+// 256 == 0): the weight half(d) q8 in f16 (one rounding), f16 activations, fp32 sums on wgmma
+// (sm_90a, runs where deq_wgmma_runs). Same scratch (deq_gemm_scratch_bytes). Rows
+// batch-invariant among themselves; not routed yet.
+bool deq_wgmma_q80_supports(const Weight& w);
+void deq_wgmma_q80_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
+                         cudaStream_t s);
 // The order of k in which to_half_rows_scaled stores each row: as given, or permuted the way the
 // wgmma GEMMs' register fragments take k (wgmma_layout.h: kQ4k fragment_k_position within each
 // 64-element slice, n % 64 == 0; kQ6k q6k_fragment_k_position within each 256-element super-block,
-// n % 256 == 0).
-enum class HalfOrder { kNatural, kQ4k, kQ6k };
+// n % 256 == 0; kQ80 wgmma_q80_layout.h q80_fragment_k_position within each 64-element slice,
+// n % 64 == 0).
+enum class HalfOrder { kNatural, kQ4k, kQ6k, kQ80 };
 // mma_matmul.cu -- x (rows x n floats) as f16 rows scaled by 2^-shift[r] into f16's range (rows up
 // to rows_pad zeros, shift 0) in the given order of k; n % 4 == 0.
 void to_half_rows_scaled(const float* x, int rows, int rows_pad, int n, __half* xh, int* row_shift, cudaStream_t s,

@@ -44,6 +44,7 @@
 #include "backend/cuda/mv_units.cuh"
 #include "backend/cuda/wgmma_layout.h"
 #include "backend/cuda/wgmma_q6k_layout.h"
+#include "backend/cuda/wgmma_q80_layout.h"
 
 namespace df::cuda {
 
@@ -103,17 +104,21 @@ __global__ void to_half_rows(const float* __restrict__ x, int rows, int n, __hal
     h.x = pack_half2(v.x * scale, v.y * scale);
     h.y = pack_half2(v.z * scale, v.w * scale);
     if constexpr (kOrder != HalfOrder::kNatural) {
-      // Both orders keep the pairs (4i, 4i + 1) and (4i + 2, 4i + 3) together at even positions
-      // (tests/test_wgmma_layout.cpp, test_wgmma_q6k_layout.cpp): two 4-byte stores.
+      // The orders keep the pairs (4i, 4i + 1) and (4i + 2, 4i + 3) together at even positions
+      // (tests/test_wgmma_layout.cpp, test_wgmma_q6k_layout.cpp, test_wgmma_q80_layout.cpp): two
+      // 4-byte stores.
       const int e = 4 * i;
       int at, at2;
       if constexpr (kOrder == HalfOrder::kQ4k) {
         at = (e & ~63) + int(wgmma::fragment_k_position(uint32_t(e & 63)));
         at2 = at + 8;
-      } else {
+      } else if constexpr (kOrder == HalfOrder::kQ6k) {
         const int sb = e / 256;
         at = (e & ~255) + int(wgmma::q6k_fragment_k_position(sb, uint32_t(e & 255)));
         at2 = (e & ~255) + int(wgmma::q6k_fragment_k_position(sb, uint32_t((e & 255) + 2)));
+      } else {
+        at = (e & ~63) + int(wgmma::q80_fragment_k_position(uint32_t(e & 63)));
+        at2 = (e & ~63) + int(wgmma::q80_fragment_k_position(uint32_t((e & 63) + 2)));
       }
       uint32_t* h32 = reinterpret_cast<uint32_t*>(hr);
       h32[at / 2] = h.x;
@@ -263,6 +268,7 @@ void to_half_rows_scaled(const float* x, int rows, int rows_pad, int n, __half* 
   const int threads = std::min(1024, std::max(kWarp, (n / 4 + kWarp - 1) / kWarp * kWarp));
   launch(order == HalfOrder::kQ6k   ? to_half_rows<HalfOrder::kQ6k>
          : order == HalfOrder::kQ4k ? to_half_rows<HalfOrder::kQ4k>
+         : order == HalfOrder::kQ80 ? to_half_rows<HalfOrder::kQ80>
                                     : to_half_rows<HalfOrder::kNatural>,
          unsigned(rows_pad), unsigned(threads), 0, s, x, rows, n, xh, row_shift);
 }

@@ -49,10 +49,10 @@ __device__ __forceinline__ uint4 q4k_eight_halves(uint2 q, int shift, __half2 sc
 }
 
 // The f16 operands the GEMMs on dequantized tiles read (deq_gemm.cu, deq_wgmma.cu,
-// deq_wgmma_q6k.cu): the weights checked (tiles of one n_in: Q6_K for order kQ6k, else Q4_K), x
-// converted by to_half_rows_scaled in that order of k into the scratch (deq_gemm_scratch_bytes'
-// layout: the f16 rows, then, 256-byte aligned, the rows' power-of-two shifts). Defined in
-// deq_gemm.cu; `what` names the caller in the error.
+// deq_wgmma_q6k.cu, deq_wgmma_q80.cu): the weights checked (tiles of one n_in: Q6_K for order
+// kQ6k, Q8_0 for kQ80, else Q4_K), x converted by to_half_rows_scaled in that order of k into
+// the scratch (deq_gemm_scratch_bytes' layout: the f16 rows, then, 256-byte aligned, the rows'
+// power-of-two shifts). Defined in deq_gemm.cu; `what` names the caller in the error.
 struct HalfOperands {
   const __half* xh;
   const int* shift;
