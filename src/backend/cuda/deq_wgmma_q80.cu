@@ -12,9 +12,9 @@
 // lane's 16 bytes of a block are its two rows' quants 8c .. 8c + 7, i.e. both rows' fragments of
 // two k16 steps once the activations are stored in the matching order. A fragment register is
 // two adjacent bytes of one word: XOR 0x80 (per word: int8 -> 128 + q, as u8), PRMT with 0x64
-// into the f16 pair 1024 + 128 + q, subtract 1152 (exact), multiply by the row's d (half2, the
-// operand's half picked by the multiply): 3.5 instructions a register, 16 registers a tile and
-// slice. Each k16 step takes one block, so one d a row: a lane reads its rows' d of the slice's
+// into the f16 pair 1024 + 128 + q, subtract 1152 (exact), multiply by the row's d (its half of
+// the d word, duplicated): 3.5 PTX instructions a register (the duplication is meant to fold into
+// the multiply's operand selection; SASS not inspected), 16 registers a tile and slice. Each k16 step takes one block, so one d a row: a lane reads its rows' d of the slice's
 // two blocks as one 8-byte word, no shuffles.
 //
 // Block (as deq_wgmma.cu): 256 outputs (sixteen 16-row tiles) x 128 activation rows, two
