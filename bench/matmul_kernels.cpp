@@ -18,9 +18,9 @@
 // (quant/q5k_tiles.h): its imma lines are the "tile layout" ones (the decode kernel, the GEMM
 // above 32 rows) and the GEMM alone on the tiles. The f16 prompt GEMMs on dequantized tiles (not
 // routed; their activation conversion included): deq_gemm.cu and deq_wgmma.cu for Q4_K,
-// deq_wgmma_q6k.cu for Q6_K, deq_wgmma_iq4xs.cu for IQ4_XS, deq_wgmma_q5k.cu for Q5_K, beside
-// the integer GEMM lines of their type. Weights rotate over copies larger than the L2 cache, as
-// a decode step streams each weight once.
+// deq_wgmma_q6k.cu for Q6_K, deq_wgmma_iq4xs.cu for IQ4_XS, deq_wgmma_q5k.cu for Q5_K,
+// deq_wgmma_q80.cu for Q8_0, beside the integer GEMM lines of their type. Weights rotate over
+// copies larger than the L2 cache, as a decode step streams each weight once.
 //
 //   matmul_kernels [--reps N] [--type T] [--matrix M] [--rows R] [--kernel K]
 //     (built with the CUDA backend; run on the GPU machine). The filters keep the lines whose type
@@ -256,8 +256,8 @@ int main(int argc, char** argv) {
                       }};
       };
       // A prompt GEMM on dequantized tiles of type `type` (deq_gemm.cu, deq_wgmma.cu: Q4_K;
-      // deq_wgmma_q6k.cu: Q6_K; deq_wgmma_iq4xs.cu: IQ4_XS; deq_wgmma_q5k.cu: Q5_K): same inputs,
-      // same scratch.
+      // deq_wgmma_q6k.cu: Q6_K; deq_wgmma_iq4xs.cu: IQ4_XS; deq_wgmma_q5k.cu: Q5_K;
+      // deq_wgmma_q80.cu: Q8_0): same inputs, same scratch.
       using DeqGroup = void (*)(const Weight* const*, float* const*, int, const float*, int, void*, cudaStream_t);
       auto deq = [&](const char* name, GgmlType type, DeqGroup group) {
         return Kernel{name, t == type && tiles_dev != nullptr, df::cuda::kImmaGemmMinRows + 1, max_rows,
@@ -294,7 +294,7 @@ int main(int argc, char** argv) {
           probe("probe: reads only, tile-contiguous, 1 in flight", true, 1),
           probe("probe: reads only, tile-contiguous, 3 in flight", true, 3),
           // The prompt GEMMs on dequantized Q4_K tiles (f16 mma.sync, and Hopper's warpgroup mma
-          // on sm_90a) and Q6_K, IQ4_XS and Q5_K tiles (wgmma), their activation conversion included.
+          // on sm_90a) and Q6_K, IQ4_XS, Q5_K and Q8_0 tiles (wgmma), their activation conversion included.
           deq("f16 GEMM on dequantized tiles (deq_gemm.cu)", GgmlType::Q4_K, df::cuda::deq_gemm_group),
           deq("f16 wgmma GEMM on dequantized tiles (deq_wgmma.cu)", GgmlType::Q4_K, df::cuda::deq_wgmma_group),
           deq("f16 wgmma GEMM on dequantized tiles, 128-output blocks (deq_wgmma.cu)", GgmlType::Q4_K,
@@ -303,6 +303,7 @@ int main(int argc, char** argv) {
           deq("f16 wgmma GEMM on dequantized tiles (deq_wgmma_iq4xs.cu)", GgmlType::IQ4_XS,
               df::cuda::deq_wgmma_iq4xs_group),
           deq("f16 wgmma GEMM on dequantized tiles (deq_wgmma_q5k.cu)", GgmlType::Q5_K, df::cuda::deq_wgmma_q5k_group),
+          deq("f16 wgmma GEMM on dequantized tiles (deq_wgmma_q80.cu)", GgmlType::Q8_0, df::cuda::deq_wgmma_q80_group),
           {"mma (f16 tensor cores)", df::cuda::mma_supports(w0), 1, max_rows, nullptr,
            [&](const Weight& w, int rows) { df::cuda::mma_matmul(w, x, rows, y, scratch, s); }},
           {"mv (fp32 CUDA cores)", df::cuda::mv_supports(w0), 1, kMvMaxRows, nullptr,

@@ -868,7 +868,8 @@ void expect_deq_products(Backend& gpu, GgmlType type, DeqGroupFn fn, const std::
                          DeqGroupFn same_bits_as = nullptr) {
   const int64_t n_in = 2048;
   const int64_t n_outs[2] = {300, 130};
-  const bool q6k = type == GgmlType::Q6_K, iq4 = type == GgmlType::IQ4_XS, q5k = type == GgmlType::Q5_K;
+  const bool q6k = type == GgmlType::Q6_K, iq4 = type == GgmlType::IQ4_XS, q5k = type == GgmlType::Q5_K,
+             q80 = type == GgmlType::Q8_0;
   std::vector<HostWeight> hws;
   std::vector<Weight> ws;
   for (int i = 0; i < 2; ++i) {
@@ -878,6 +879,7 @@ void expect_deq_products(Backend& gpu, GgmlType type, DeqGroupFn fn, const std::
     ASSERT_TRUE(q6k   ? cuda::deq_wgmma_q6k_supports(ws.back())
                 : iq4 ? cuda::deq_wgmma_iq4xs_supports(ws.back())
                 : q5k ? cuda::deq_wgmma_q5k_supports(ws.back())
+                : q80 ? cuda::deq_wgmma_q80_supports(ws.back())
                       : cuda::deq_gemm_supports(ws.back()));
   }
   // Per weight element: the bound on its f16 form's error (above), from the block bytes.
@@ -885,6 +887,10 @@ void expect_deq_products(Backend& gpu, GgmlType type, DeqGroupFn fn, const std::
     std::vector<double> r(hw.W.size());
     if (q6k) {
       for (size_t e = 0; e < r.size(); ++e) r[e] = (0x1p-10 + 0x1p-22) * std::fabs(double(hw.W[e])) + 0x1p-19;
+      return r;
+    }
+    if (q80) {  // half(d) q, d f16 already, with one f16 multiply: one rounding
+      for (size_t e = 0; e < r.size(); ++e) r[e] = 0x1p-11 * std::fabs(double(hw.W[e])) + 0x1p-25;
       return r;
     }
     if (iq4) {  // half(d (ls - 32)) v, |v| <= 127: the subnormal half-spacing 2^-25 times up to 128
@@ -1018,6 +1024,14 @@ TEST_F(CudaOps, DeqWgmmaIq4xsAgainstExactAndBatchInvariant) {
 TEST_F(CudaOps, DeqWgmmaQ5kAgainstExactAndBatchInvariant) {
   if (!cuda::deq_wgmma_runs()) GTEST_SKIP() << "no Hopper GPU or no sm_90a machine code in this build";
   expect_deq_products(gpu(), GgmlType::Q5_K, cuda::deq_wgmma_q5k_group, "deq_wgmma_q5k", /*vs_deq_gemm=*/false);
+}
+
+// The Q8_0 wgmma GEMM (deq_wgmma_q80.cu, sm_90a), the same checks: 8 super-blocks a row, each
+// slice two Q8_0 blocks with a d of their own a row; the weight's bound 2^-11 |w| + 2^-25 (one
+// f16 rounding of half(d) q, f16's subnormal half-spacing 2^-25).
+TEST_F(CudaOps, DeqWgmmaQ80AgainstExactAndBatchInvariant) {
+  if (!cuda::deq_wgmma_runs()) GTEST_SKIP() << "no Hopper GPU, or no sm_90a machine code in this build";
+  expect_deq_products(gpu(), GgmlType::Q8_0, cuda::deq_wgmma_q80_group, "deq_wgmma_q80", /*vs_deq_gemm=*/false);
 }
 
 // Rows beyond f16's range (|x| >= 65504, as large models' SwiGLU outputs can be) on the f16
@@ -1529,11 +1543,16 @@ float round_f16(float v) { return f16_to_f32(f32_to_f16(v)); }
 // the CUDA backend multiplies on f16 tensor cores, the weights and activations are rounded to f16
 // first, as the kernel does (round to nearest even); where it uses the CPU's Q8_K activations,
 // the plain CPU product is the same math. Either way the two differ by summation order only.
-// Prompt products (long prompt segments) of Q4_K and Q6_K matrices, which the CUDA backend takes
-// as an f16 GEMM on a Hopper GPU (deq_wgmma.cu, deq_wgmma_q6k.cu: the weight formed in f16, the
-// activations scaled into f16), are here the fp32 product of the dequantized weights with
-// f16-rounded activations: the two then differ by the f16 weight's roundings (2^-11 relative, of
-// the sub-block's range for Q4_K) and summation order.
+// Prompt products (long prompt segments) of Q4_K, Q5_K, Q6_K, IQ4_XS and Q8_0 matrices, which
+// the CUDA backend takes as an f16 GEMM on a Hopper GPU (deq_wgmma*.cu: the weight formed in
+// f16, the activations scaled into f16), are here the fp32 product of the dequantized weights
+// with f16-rounded activations: the two then differ by the f16 weight's roundings (2^-11
+// relative, of the sub-block's range for Q4_K and Q5_K) and summation order.
+bool takes_prompt_gemm(GgmlType t) {
+  return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::IQ4_XS ||
+         t == GgmlType::Q8_0;
+}
+
 class DequantizedCpu final : public Backend {
  public:
   DequantizedCpu() : cpu_(make_cpu_backend(0)), prompt_f16_(cuda::deq_wgmma_runs()) {}
@@ -1566,8 +1585,7 @@ class DequantizedCpu final : public Backend {
   void prompt_matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override {
     for (int i = 0; i < n; ++i) {
       const Weight& w = *ws[i];
-      if (prompt_f16_ && (w.type == GgmlType::Q4_K || w.type == GgmlType::Q6_K) && w.n_in % 256 == 0 &&
-          matrices_.count(w.data) != 0)
+      if (prompt_f16_ && takes_prompt_gemm(w.type) && w.n_in % 256 == 0 && matrices_.count(w.data) != 0)
         f32_product(w, dequantized(w, false), x, rows, ys[i], /*f16_x=*/true);
       else
         matmul(w, x, rows, ys[i]);
@@ -1860,7 +1878,7 @@ TEST(CudaModelBatch, TwoSequencesInOneBatchMatchSeparateRuns) {
 
 
 // Prompt rows of long prompt segments (>= 128 rows, not speculative) go through the backend's
-// prompt products (on a Hopper GPU: f16 GEMMs for Q4_K tiles, other bits than decode rows), run
+// prompt products (on a Hopper GPU: f16 GEMMs for tile weights, other bits than decode rows), run
 // by run: a batch of a 140-token prompt, a 3-token one (ordinary products) and a 130-token one
 // gives each sequence exactly the logits it gets alone, and the f16 path was taken where it runs.
 // Against the CPU: CudaModel.LongPromptLogitsMatchCpu.
@@ -1895,14 +1913,14 @@ TEST(CudaModelBatch, PromptProductsRunBySegment) {
   }
 }
 
-// A 160-token prompt on CUDA (prompt products: on a Hopper GPU f16 GEMMs for the Q4_K matrices)
+// A 160-token prompt on CUDA (prompt products: on a Hopper GPU f16 GEMMs for the tile matrices)
 // against DequantizedCpu, which mirrors that choice (fp32 products of the dequantized weights
 // with f16 activations there, the 8-bit CPU products elsewhere): the prompt logits agree within
 // the model bounds of LogitsAndGreedyMatchCpu for these types (the LM head and the other types'
 // products keep 8-bit activations on both sides), and nearly every row's argmax agrees.
 TEST(CudaModel, LongPromptLogitsMatchCpu) {
   if (!have_gpu()) GTEST_SKIP() << kNoGpu;
-  for (const char* type : {"q4_k", "mix-q4_k_m"}) {
+  for (const char* type : {"q4_k", "mix-q4_k_m", "mix-iq4_xs", "q8_0"}) {
     test::TempDir dir;
     auto file = tiny_model(dir, "qwen35", type, 3);
     CudaGraphBackend gpu(0);
@@ -1929,7 +1947,7 @@ TEST(CudaModel, LongPromptLogitsMatchCpu) {
 }
 // DFlash speculation on CUDA: greedy output token-identical to plain CUDA decoding with a random
 // drafter (mostly rejections: rollback every step) and with drafts scripted from the plain
-// continuation (long acceptances), block 8; the per-row checkpoints and commit copies run on the
+// continuation (long acceptances), block 8; the kept inputs and commit replays run on the
 // device. Exactness needs verify rows to compute exactly what decode rows compute (the
 // batch-invariance asserted above).
 class ScriptedDrafts final : public DraftSource {

@@ -337,36 +337,40 @@ void CudaBackend::matmul_shared_input(const Weight* const* ws, float* const* ys,
 
 // Q4_K tile weights of one n_in as one f16 GEMM group (deq_wgmma.cu: measured 1.6-1.8x the
 // integer GEMM, docs/performance.md session 12); the rest as matmul_shared_input computes them.
+namespace {
+using PromptGemm = void (*)(const Weight* const*, float* const*, int, const float*, int, void*, cudaStream_t);
+// The f16 wgmma GEMM for a tile weight's type, or null.
+PromptGemm prompt_gemm_for(const Weight& w) {
+  if (w.n_out <= 0) return nullptr;
+  if (cuda::deq_gemm_supports(w)) return cuda::deq_wgmma_group;
+  if (cuda::deq_wgmma_q6k_supports(w)) return cuda::deq_wgmma_q6k_group;
+  if (cuda::deq_wgmma_q5k_supports(w)) return cuda::deq_wgmma_q5k_group;
+  if (cuda::deq_wgmma_iq4xs_supports(w)) return cuda::deq_wgmma_iq4xs_group;
+  if (cuda::deq_wgmma_q80_supports(w)) return cuda::deq_wgmma_q80_group;
+  return nullptr;
+}
+}  // namespace
+
 void CudaBackend::prompt_matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x,
                                              int rows) {
   if (!prompt_f16_ || rows <= 0) return matmul_shared_input(ws, ys, n, x, rows);
-  // Q4_K and Q6_K tile weights of the first such weight's n_in go to their f16 wgmma GEMM (one
-  // launch per type: the two store the activations in different orders of k); the rest (other
-  // types, another n_in) to the integer kernels.
+  // Tile weights of the first such weight's n_in go to their type's f16 wgmma GEMM, one launch
+  // per type (Q6_K stores the activations in another order of k); the rest (other types,
+  // another n_in) to the integer kernels.
   constexpr int kMaxGroup = 8;
   for (int i0 = 0; i0 < n; i0 += kMaxGroup) {
     const int m = std::min(kMaxGroup, n - i0);
-    const Weight* q4k_w[kMaxGroup];
-    const Weight* q6k_w[kMaxGroup];
+    PromptGemm gemm[kMaxGroup];
     const Weight* rest_w[kMaxGroup];
-    float* q4k_y[kMaxGroup];
-    float* q6k_y[kMaxGroup];
     float* rest_y[kMaxGroup];
-    int n_q4k = 0, n_q6k = 0, n_rest = 0;
+    int n_rest = 0;
     int64_t n_in = -1;
     for (int i = i0; i < i0 + m; ++i) {
-      const Weight& w = *ws[i];
-      const bool q4k = cuda::deq_gemm_supports(w), q6k = cuda::deq_wgmma_q6k_supports(w);
-      if (w.n_out > 0 && (q4k || q6k) && (n_in < 0 || w.n_in == n_in)) {
-        n_in = w.n_in;
-        if (q4k) {
-          q4k_w[n_q4k] = ws[i];
-          q4k_y[n_q4k++] = ys[i];
-        } else {
-          q6k_w[n_q6k] = ws[i];
-          q6k_y[n_q6k++] = ys[i];
-        }
+      gemm[i - i0] = prompt_gemm_for(*ws[i]);
+      if (gemm[i - i0] != nullptr && (n_in < 0 || ws[i]->n_in == n_in)) {
+        n_in = ws[i]->n_in;
       } else {
+        gemm[i - i0] = nullptr;
         rest_w[n_rest] = ws[i];
         rest_y[n_rest++] = ys[i];
       }
@@ -375,10 +379,20 @@ void CudaBackend::prompt_matmul_shared_input(const Weight* const* ws, float* con
     if (n_in < 0) continue;
     enter();
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::deq_gemm_scratch_bytes(n_in, rows), "matmul");
-    if (n_q4k > 0) cuda::deq_wgmma_group(q4k_w, q4k_y, n_q4k, x, rows, mma_scratch_, as_stream(stream_));
-    if (n_q6k > 0) cuda::deq_wgmma_q6k_group(q6k_w, q6k_y, n_q6k, x, rows, mma_scratch_, as_stream(stream_));
-    check_launch("matmul (prompt, f16)");
-    prompt_f16_products_ += n_q4k + n_q6k;
+    for (int i = 0; i < m; ++i) {  // each type once, with every weight of that type
+      if (gemm[i] == nullptr || std::find(gemm, gemm + i, gemm[i]) != gemm + i) continue;
+      const Weight* same_w[kMaxGroup];
+      float* same_y[kMaxGroup];
+      int n_same = 0;
+      for (int j = i; j < m; ++j)
+        if (gemm[j] == gemm[i]) {
+          same_w[n_same] = ws[i0 + j];
+          same_y[n_same++] = ys[i0 + j];
+        }
+      gemm[i](same_w, same_y, n_same, x, rows, mma_scratch_, as_stream(stream_));
+      check_launch("matmul (prompt, f16)");
+      prompt_f16_products_ += n_same;
+    }
   }
 }
 

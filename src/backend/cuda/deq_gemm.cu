@@ -226,6 +226,7 @@ bool deq_kernel_takes(const Weight& w, GgmlType type) {
     case GgmlType::Q6_K: return deq_wgmma_q6k_supports(w);
     case GgmlType::IQ4_XS: return deq_wgmma_iq4xs_supports(w);
     case GgmlType::Q5_K: return deq_wgmma_q5k_supports(w);
+    case GgmlType::Q8_0: return deq_wgmma_q80_supports(w);
     default: return false;
   }
 }

@@ -90,10 +90,17 @@ void deq_wgmma_iq4xs_group(const Weight* const* ws, float* const* ys, int n, con
 bool deq_wgmma_q5k_supports(const Weight& w);
 void deq_wgmma_q5k_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                          cudaStream_t s);
+// deq_wgmma_q80.cu -- the same kind of product for Q8_0 tile weights (quant/q80_tiles.h; n_in %
+// 256 == 0): the weight half(d) q8 in f16 (one rounding), f16 activations, fp32 sums on wgmma
+// (sm_90a, runs where deq_wgmma_runs). Same scratch (deq_gemm_scratch_bytes). Rows
+// batch-invariant among themselves; not routed yet.
+bool deq_wgmma_q80_supports(const Weight& w);
+void deq_wgmma_q80_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
+                         cudaStream_t s);
 // The order of k in which to_half_rows_scaled stores each row: as given, or permuted the way the
 // wgmma GEMMs' register fragments take k (wgmma_layout.h: kQ4k fragment_k_position within each
 // 64-element slice, n % 64 == 0; kQ6k q6k_fragment_k_position within each 256-element super-block,
-// n % 256 == 0).
+// n % 256 == 0). IQ4_XS, Q5_K and Q8_0 tiles take kQ4k too (wgmma_q80_layout.h, wgmma_tile_values.h).
 enum class HalfOrder { kNatural, kQ4k, kQ6k };
 // mma_matmul.cu -- x (rows x n floats) as f16 rows scaled by 2^-shift[r] into f16's range (rows up
 // to rows_pad zeros, shift 0) in the given order of k; n % 4 == 0.
