@@ -46,8 +46,9 @@ nlohmann::json bench_draft(LoadedModel& m, const DraftBenchInput& in) {
       draft.ingest(*dstate, ds, m.model->features(), int(n));
     }
     // One greedy speculative step as SpecDecoder runs it, with nothing accepted: the drafter's
-    // block, the verify forward of anchor + drafts (per-row checkpoints, argmax ids), the commit
-    // of the anchor row (a checkpoint copy) and the drafter's ingest of it (padded to the block).
+    // block, the verify forward of anchor + drafts (kept inputs, argmax ids), the commit of the
+    // anchor row (its delta-rule replay, the conv window copy) and the drafter's ingest of it
+    // (padded to the block).
     const int n_vocab = m.model->hparams().n_vocab;
     std::vector<int32_t> ids;
     std::vector<double> ms, vms;

@@ -271,7 +271,7 @@ void bench(const BenchArgs& a) {
     std::printf("| %d | %.3f | %.3f | %.2f | %.3f |\n", p.rows, p.ms, p.ms / p.rows, t1 > 0 ? p.ms / t1 : 0.0,
                 p.first_ms);
   if (!draft_rows.is_null()) {
-    std::printf("\n| block | draft ms | verify step ms (checkpoints, commit, ingest) | plain forward of the block ms | "
+    std::printf("\n| block | draft ms | verify step ms (kept inputs, commit, ingest) | plain forward of the block ms | "
                 "plain step ms | (draft + verify) / plain | speedup at tau 3 / 5 / 7 (projection) | sampled step ms, "
                 "full logits / top 40 |\n"
                 "|---|---|---|---|---|---|---|---|\n");

@@ -440,7 +440,7 @@ void Engine::add_spec_part(Active& a, int32_t anchor, int n) {
 
 // Walks the rows of a verified block [anchor, d1..dn] in order: row i's logits decide the token
 // after row i (greedy: the sampler's choice must equal the draft; sampling: the lossless
-// rejection rule). Kept rows are committed (rollback by checkpoint copy); a.logits ends as the
+// rejection rule). Kept rows are committed (their delta rule replayed); a.logits ends as the
 // logits after the last kept row, so the next step samples (or takes a.next) from them.
 void Engine::finish_spec_part(Active& a, size_t li0, int row0, int n, bool ids, size_t K) {
   const size_t V = size_t(model_.hparams().n_vocab);

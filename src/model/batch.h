@@ -13,8 +13,9 @@ struct BatchRow {
   int32_t token = 0;
   int32_t parent = -1;  // -1: ordinary causal row
   bool want_logits = false;
-  // Part of a speculative segment: the model keeps a recurrent-state checkpoint after the row,
-  // and the segment stays provisional until TargetModel::commit keeps a prefix of it.
+  // Part of a speculative segment: the model leaves the recurrent state as it was and keeps the
+  // row's delta-rule inputs; the segment stays provisional until TargetModel::commit keeps a
+  // prefix of it (replaying those rows).
   bool speculative = false;
 };
 
@@ -38,7 +39,7 @@ struct Batch {
   void add(int32_t seq, int32_t pos, int32_t token, bool want_logits) {
     rows.push_back(BatchRow{seq, pos, token, -1, want_logits, false});
   }
-  // A verify row: logits wanted, checkpointed, provisional until commit.
+  // A verify row: logits wanted, provisional until commit.
   void add_speculative(int32_t seq, int32_t pos, int32_t token) {
     rows.push_back(BatchRow{seq, pos, token, -1, true, true});
   }

@@ -1,6 +1,6 @@
 // Single-sequence generation with chain speculation over the Batch API: prefill (features go to
 // the draft source), then steps of draft → one verify forward of [anchor, drafts…] → accept →
-// commit the kept prefix (rollback by checkpoint copy) → feed the kept rows to the drafter.
+// commit the kept prefix (rollback by replaying the kept rows) → feed the kept rows to the drafter.
 // Greedy drafts stay on the device: the verify reads them there, so the host queues the draft
 // and the verify back to back and waits once a step, for the drafts and the verify's ids.
 // Output equals plain decoding token for token (greedy) or in distribution (sampling).
