@@ -226,32 +226,18 @@ bool deq_wgmma_runs() {
   return ok && host == 1;
 }
 
-namespace {
-
-template <int kWgs>
-void deq_wgmma_launch(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
-                      cudaStream_t s) {
-  if (n == 0 || rows == 0) return;
-  using S = Shape<kWgs>;
-  const HalfOperands h = half_operands(ws, n, x, rows, scratch, s, "deq_wgmma_group", HalfOrder::kQ4k, GgmlType::Q4_K);
-  (void)raise_smem_limit<deq_wgmma_q4k_kernel<kWgs>>(S::kSmemBytes, /*carveout_max=*/true);
-  for_each_launch(ws, ys, n, [&](const Segments& segs) {
-    const Segments t = segments_in_blocks_of(segs, S::kBM);
-    launch(deq_wgmma_q4k_kernel<kWgs>, dim3(ceil_div(rows, kBN), unsigned(t.first_block[t.n])), dim3(S::kThreads),
-           S::kSmemBytes, s, t, int(h.n_in / kSb), h.xh, h.shift, int(h.n_in), h.rows_pad, rows);
-  });
-}
-
-}  // namespace
-
 void deq_wgmma_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                      cudaStream_t s) {
-  deq_wgmma_launch<2>(ws, ys, n, x, rows, scratch, s);
+  using S = Shape<2>;
+  launch_dequant_gemm<deq_wgmma_q4k_kernel<2>, S::kBM, kBN, S::kThreads>(
+      S::kSmemBytes, ws, ys, n, x, rows, scratch, s, "deq_wgmma_group", HalfOrder::kQ4k, GgmlType::Q4_K);
 }
 
 void deq_wgmma_narrow_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                             cudaStream_t s) {
-  deq_wgmma_launch<1>(ws, ys, n, x, rows, scratch, s);
+  using S = Shape<1>;
+  launch_dequant_gemm<deq_wgmma_q4k_kernel<1>, S::kBM, kBN, S::kThreads>(
+      S::kSmemBytes, ws, ys, n, x, rows, scratch, s, "deq_wgmma_narrow_group", HalfOrder::kQ4k, GgmlType::Q4_K);
 }
 
 }  // namespace df::cuda

@@ -177,14 +177,8 @@ bool deq_wgmma_q5k_supports(const Weight& w) { return w.type == GgmlType::Q5_K &
 
 void deq_wgmma_q5k_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                          cudaStream_t s) {
-  if (n == 0 || rows == 0) return;
-  const HalfOperands h = half_operands(ws, n, x, rows, scratch, s, "deq_wgmma_q5k_group", HalfOrder::kQ4k, GgmlType::Q5_K);
-  (void)raise_smem_limit<deq_wgmma_q5k_kernel>(kSmemBytes, /*carveout_max=*/true);
-  for_each_launch(ws, ys, n, [&](const Segments& segs) {
-    const Segments t = segments_in_blocks_of(segs, kBM);
-    launch(deq_wgmma_q5k_kernel, dim3(ceil_div(rows, kBN), unsigned(t.first_block[t.n])), dim3(kThreads),
-           kSmemBytes, s, t, int(h.n_in / kSb), h.xh, h.shift, int(h.n_in), h.rows_pad, rows);
-  });
+  launch_dequant_gemm<deq_wgmma_q5k_kernel, kBM, kBN, kThreads>(kSmemBytes, ws, ys, n, x, rows, scratch, s,
+                                                                "deq_wgmma_q5k_group", HalfOrder::kQ4k, GgmlType::Q5_K);
 }
 
 }  // namespace df::cuda

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/imma_common.cuh"
 #include "backend/cuda/imma_tiles.cuh"
+#include "backend/cuda/q4k_half.cuh"
 #include "backend/cuda/wgmma_layout.h"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -180,5 +181,21 @@ __device__ __forceinline__ void store_sums(const float (&acc)[2][64], const Bloc
     }
 }
 #endif  // DF_WGMMA
+
+// The host side of every dequantizing wgmma GEMM: the weights checked and x converted into the
+// scratch (half_operands, `order`), then per run of segments one launch of kKernel: blocks of
+// kBM outputs x kBN activation rows, kThreads threads, smem_bytes of dynamic shared memory.
+template <auto kKernel, int kBM, int kBN, int kThreads>
+void launch_dequant_gemm(int smem_bytes, const Weight* const* ws, float* const* ys, int n, const float* x, int rows,
+                         void* scratch, cudaStream_t s, const char* what, HalfOrder order, GgmlType type) {
+  if (n == 0 || rows == 0) return;
+  const HalfOperands h = half_operands(ws, n, x, rows, scratch, s, what, order, type);
+  (void)raise_smem_limit<kKernel>(smem_bytes, /*carveout_max=*/true);
+  for_each_launch(ws, ys, n, [&](const Segments& segs) {
+    const Segments t = segments_in_blocks_of(segs, kBM);
+    launch(kKernel, dim3(ceil_div(rows, kBN), unsigned(t.first_block[t.n])), dim3(kThreads), smem_bytes, s, t,
+           int(h.n_in / kSb), h.xh, h.shift, int(h.n_in), h.rows_pad, rows);
+  });
+}
 
 }  // namespace df::cuda
