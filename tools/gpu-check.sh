@@ -3,7 +3,7 @@
 # op against the CPU backend, and model logits), the CPU unit tests, optionally benchmark
 # 27B-shaped models, and print a short table.
 #
-#   tools/gpu-check.sh [--memcheck] [--no-cpu-tests] [--bench] [--models LIST] [--spec] [--ncu]
+#   tools/gpu-check.sh [--memcheck] [--no-cpu-tests] [--bench] [--models LIST] [--spec] [--spec27] [--ncu]
 #                      [--serve] [--kernels] [--budget S] [LOG_DIR]
 #                                     run from the repo root on the GPU machine; full logs and
 #                                     the gtest XML go to LOG_DIR (default build-gpu-check).
@@ -26,6 +26,8 @@
 #                                     and on (spec_graphs_off/on.txt) and the demo pair on
 #                                     held-out code prompts, 256 tokens each
 #                                     (bench/heldout_code_prompts.py; spec_heldout.txt, if time is left)
+#                                     --spec27: only the 27B-shaped pair's `bench --draft`
+#                                     (spec_27b.txt)
 #                                     --ncu: with --bench, also profile six tensor-core matmul
 #                                     kernels of a decode step with Nsight Compute (speed of
 #                                     light, occupancy, warp stall reasons; ncu_<type>.txt in
@@ -100,6 +102,7 @@ while [ $# -gt 0 ]; do
     --no-cpu-tests) CPU_TESTS=0 ;;
     --bench) BENCH=1 ;;
     --spec) SPEC=1 ;;
+    --spec27) SPEC=2 ;;
     --ncu) NCU=1 ;;
     --serve) SERVE=1 ;;
     --kernels) KERNELS=1 ;;
@@ -348,8 +351,10 @@ fi
 
 # --- speculative decoding: 27B-shaped pair and the demo pair ---
 spec_rc=skipped
-if [ "$SPEC" = 1 ]; then
+if [ "$SPEC" != 0 ]; then
   spec_rc=0
+fi
+if [ "$SPEC" = 1 ]; then
   # Cheapest first: the demo target's plain decode (launch-bound) with CUDA graphs off and on,
   # then the demo pair, then (time permitting) the demo pair without graphs and the 27B pair.
   for g in off on; do  # with graphs on, also the demo pair's draft and verify step costs (bench --draft)
@@ -371,6 +376,8 @@ if [ "$SPEC" = 1 ]; then
         --bin "$BUILD/deltaflash" --device cuda >>"$LOG/spec_heldout.txt" 2>&1 || spec_rc=$?
     echo "gpu-check: demo-pair speculation on held-out code rc=$spec_rc ($(elapsed))"
   fi
+fi
+if [ "$SPEC" != 0 ]; then
   if [ "$(left)" -gt 150 ]; then
     mkdir -p "$MODEL_DIR"
     {
@@ -506,8 +513,10 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
     echo; echo "=== llama.cpp CUDA on the same file ($(basename "$lf")) ==="; grep -E '^\|' "$lf" || tail -5 "$lf"
   done
   printf '%-22s %s\n' "speculation" "$spec_rc"
-  if [ "$SPEC" = 1 ]; then
+  if [ "$SPEC" != 0 ]; then
     echo; echo "=== speculation: 27B-shaped pair ==="; grep -A4 "^| block" "$LOG/spec_27b.txt" || tail -5 "$LOG/spec_27b.txt"
+  fi
+  if [ "$SPEC" = 1 ]; then
     echo; echo "=== speculation: demo pair ==="; tail -6 "$LOG/spec_demo.txt"
     if [ -f "$LOG/spec_heldout.txt" ]; then
       echo; echo "=== speculation: demo pair, held-out code prompts, 256 tokens ==="; tail -4 "$LOG/spec_heldout.txt"
