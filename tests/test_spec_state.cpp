@@ -141,7 +141,7 @@ TEST(SpecState, BadCommitsAndOversizedSegmentsAreRejected) {
   EXPECT_THROW(tm.commit(*st, a, 1), Error) << "nothing to commit";
   Batch v;
   for (int i = 0; i < 5; ++i) v.add_speculative(a, i, 7);
-  EXPECT_THROW(tm.forward(v, *st, out), Error) << "5 rows > 4 checkpoint rows";
+  EXPECT_THROW(tm.forward(v, *st, out), Error) << "5 rows > room for 4 speculative rows";
   EXPECT_EQ(st->get(a).n_past, 0);
   v.clear();
   for (int i = 0; i < 4; ++i) v.add_speculative(a, i, 7);

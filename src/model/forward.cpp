@@ -91,7 +91,7 @@ GdnShape TargetModel::gdn_shape() const {
   return GdnShape{hp_.ssm_n_group, hp_.ssm_dt_rank, hp_.ssm_d_state, hp_.d_v()};
 }
 
-std::unique_ptr<SequenceStore> TargetModel::make_state(int n_seqs, int ctx, int checkpoint_rows) const {
+std::unique_ptr<SequenceStore> TargetModel::make_state(int n_seqs, int ctx, int spec_capacity) const {
   constexpr int kBlockTokens = 16;
   std::unique_ptr<KvPool> kv;
   std::unique_ptr<RecurrentPool> rec;
@@ -101,7 +101,7 @@ std::unique_ptr<SequenceStore> TargetModel::make_state(int n_seqs, int ctx, int 
                                   opt_.kv_type);
   }
   if (n_gdn_ > 0)
-    rec = std::make_unique<RecurrentPool>(be_, n_gdn_, n_seqs, gdn_shape(), hp_.ssm_conv_kernel, checkpoint_rows);
+    rec = std::make_unique<RecurrentPool>(be_, n_gdn_, n_seqs, gdn_shape(), hp_.ssm_conv_kernel, spec_capacity);
   return std::make_unique<SequenceStore>(std::move(kv), std::move(rec), ctx);
 }
 
@@ -155,11 +155,11 @@ void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& 
     Sequence& q = st.get(sg.seq);
     const int p0 = batch.rows[size_t(sg.begin)].pos;
     if (q.spec_rows > 0) fail("sequence {} has an uncommitted speculative segment", sg.seq);
-    if (sg.speculative && n_gdn_ > 0 && sg.n > st.recurrent()->checkpoint_rows())
-      fail("speculative segment of {} rows exceeds the state's {} checkpoint rows", sg.n,
-           st.recurrent()->checkpoint_rows());
-    // Recurrent state cannot rewind (rollback goes through checkpoints), so a hybrid model
-    // only appends; attention-only models may overwrite uncommitted positions.
+    if (sg.speculative && n_gdn_ > 0 && sg.n > st.recurrent()->spec_capacity())
+      fail("speculative segment of {} rows exceeds the state's room for {} speculative rows", sg.n,
+           st.recurrent()->spec_capacity());
+    // Recurrent state cannot rewind (rollback replays kept rows from the state before them),
+    // so a hybrid model only appends; attention-only models may overwrite uncommitted positions.
     if (n_gdn_ > 0 ? p0 != q.n_past : (p0 < 0 || p0 > q.n_past))
       fail("sequence {} is at position {} but the batch starts at {}", sg.seq, q.n_past, p0);
     st.reserve(sg.seq, p0 + sg.n);
@@ -286,7 +286,7 @@ void TargetModel::deltanet_layer(const LayerWeights& L, const Batch& batch, Sequ
                             rec.conv(slot, L.gdn_index), conv_out, CD, hp_.rms_eps, 1.0f / std::sqrt(float(g.d_k)),
                             s.beta + sg.begin * g.n_v, s.alpha + sg.begin * g.n_v, L.ssm_a, L.dt_bias);
     if (sg.speculative)
-      be_.copy_2d(rec.replay_gates(slot, L.gdn_index), size_t(rec.checkpoint_rows()) * g.n_v * sizeof(float),
+      be_.copy_2d(rec.replay_gates(slot, L.gdn_index), size_t(rec.spec_capacity()) * g.n_v * sizeof(float),
                   s.alpha + sg.begin * g.n_v, size_t(s.beta - s.alpha) * sizeof(float),
                   size_t(sg.n) * g.n_v * sizeof(float), 2);
   }
@@ -311,7 +311,7 @@ void TargetModel::checkpoint_conv_windows(SequenceStore& st) {
   for (const auto& sg : s_->segs) {
     if (!sg.speculative) continue;
     const int slot = st.get(sg.seq).recurrent_slot;
-    be_.copy_2d(rec.conv_history(slot, 0), rec.checkpoint_layer_stride() * sizeof(float), rec.conv(slot, 0),
+    be_.copy_2d(rec.conv_history(slot, 0), rec.spec_layer_stride() * sizeof(float), rec.conv(slot, 0),
                 rec.layer_stride() * sizeof(float), rec.conv_floats() * sizeof(float), n_gdn_);
   }
 }
@@ -354,7 +354,7 @@ void TargetModel::commit(SequenceStore& st, int seq, int n_keep) {
     RecurrentPool& rec = *st.recurrent();
     const int slot = q.recurrent_slot;
     const GdnShape g = gdn_shape();
-    const size_t CD = size_t(g.conv_dim()), gates_rows = size_t(rec.checkpoint_rows()) * g.n_v;
+    const size_t CD = size_t(g.conv_dim()), gates_rows = size_t(rec.spec_capacity()) * g.n_v;
     const int32_t row = n_keep;
     be_.upload(s_->commit_rows, &row, sizeof(row));
     for (int l = 0; l < n_gdn_; ++l) {
@@ -362,7 +362,7 @@ void TargetModel::commit(SequenceStore& st, int seq, int n_keep) {
       be_.gdn_delta_rule(g, rec.replay_qkv(slot, l), CD, gates, gates + gates_rows, q.spec_rows, rec.state(slot, l),
                          s_->gdn, /*chunked=*/false, /*keep_state=*/false, s_->commit_rows);
     }
-    const size_t pitch = rec.layer_stride() * sizeof(float), ck_pitch = rec.checkpoint_layer_stride() * sizeof(float);
+    const size_t pitch = rec.layer_stride() * sizeof(float), ck_pitch = rec.spec_layer_stride() * sizeof(float);
     // The window after row n_keep-1 is rows [n_keep, n_keep + K-1) of [old window ; inputs].
     be_.copy_2d_indexed(rec.conv(slot, 0), pitch, rec.conv_history(slot, 0), ck_pitch, rec.conv_floats() * sizeof(float),
                         n_gdn_, s_->commit_rows, CD * sizeof(float));

@@ -55,17 +55,18 @@ class TargetModel {
   int n_recurrent_layers() const { return n_gdn_; }
   const ModelOptions& options() const { return opt_; }
 
-  // State pools sized for n_seqs sequences of up to ctx tokens each; checkpoint_rows > 0 makes
+  // State pools sized for n_seqs sequences of up to ctx tokens each; spec_capacity > 0 makes
   // room for speculative segments of up to that many rows per sequence.
-  std::unique_ptr<SequenceStore> make_state(int n_seqs, int ctx, int checkpoint_rows = 0) const;
+  std::unique_ptr<SequenceStore> make_state(int n_seqs, int ctx, int spec_capacity = 0) const;
 
   // Runs the batch, advancing each sequence's state. Throws df::Error on invalid batches.
   // A sequence's speculative rows (BatchRow::speculative) must be the whole segment and leave
   // it provisional: the next forward of that sequence requires a commit first.
   void forward(const Batch& batch, SequenceStore& state, ForwardOutput& out);
   // Keeps the first n_keep rows (1..rows) of the sequence's speculative segment: the recurrent
-  // state and conv window become those after row n_keep-1 (copied from checkpoints, no
-  // recomputation) and later KV rows are left uncommitted. The copies are one step (StepScope);
+  // state and conv window become those after row n_keep-1 (the kept rows' delta rule replayed
+  // from their kept inputs, the window copied) and later KV rows are left uncommitted. The
+  // replays and copies are one step (StepScope);
   // a caller may open an outer step around the commit and the drafter's ingest of the kept rows,
   // so that CUDA replays both as one graph.
   void commit(SequenceStore& state, int seq, int n_keep);

@@ -3,8 +3,8 @@
 namespace df {
 
 RecurrentPool::RecurrentPool(Backend& be, int n_layers, int n_slots, const GdnShape& shape, int conv_kernel,
-                             int checkpoint_rows)
-    : be_(be), n_layers_(n_layers), n_slots_(n_slots), checkpoint_rows_(checkpoint_rows) {
+                             int spec_capacity)
+    : be_(be), n_layers_(n_layers), n_slots_(n_slots), spec_capacity_(spec_capacity) {
   state_floats_ = shape.state_floats();
   conv_floats_ = size_t(conv_kernel - 1) * shape.conv_dim();
   layer_floats_ = state_floats_ + conv_floats_;
@@ -13,17 +13,17 @@ RecurrentPool::RecurrentPool(Backend& be, int n_layers, int n_slots, const GdnSh
   base_ = static_cast<float*>(be_.alloc(std::max<size_t>(total_floats_, 1) * sizeof(float)));
   for (int s = n_slots - 1; s >= 0; --s) free_.push_back(s);
   conv_dim_ = size_t(shape.conv_dim());
-  if (checkpoint_rows_ > 0) {
-    history_floats_ = size_t(conv_kernel - 1 + checkpoint_rows_) * conv_dim_;
-    checkpoint_layer_floats_ = history_floats_ + size_t(checkpoint_rows_) * (conv_dim_ + 2 * size_t(shape.n_v));
-    checkpoint_total_floats_ = checkpoint_layer_floats_ * size_t(n_layers) * size_t(n_slots);
-    checkpoints_ = static_cast<float*>(be_.alloc(checkpoint_total_floats_ * sizeof(float)));
+  if (spec_capacity_ > 0) {
+    history_floats_ = size_t(conv_kernel - 1 + spec_capacity_) * conv_dim_;
+    spec_layer_floats_ = history_floats_ + size_t(spec_capacity_) * (conv_dim_ + 2 * size_t(shape.n_v));
+    spec_total_floats_ = spec_layer_floats_ * size_t(n_layers) * size_t(n_slots);
+    spec_area_ = static_cast<float*>(be_.alloc(spec_total_floats_ * sizeof(float)));
   }
 }
 
 RecurrentPool::~RecurrentPool() {
   be_.release(base_);
-  if (checkpoints_) be_.release(checkpoints_);
+  if (spec_area_) be_.release(spec_area_);
 }
 
 int RecurrentPool::alloc_slot() {
