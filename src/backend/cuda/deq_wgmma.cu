@@ -127,25 +127,9 @@ __global__ void __launch_bounds__(kWg * kWgs, 3 - kWgs)
                  q_src[h] + (q_live[h] ? at + kQ4kTileQuantStride * pair : 0), q_live[h]);
     cp_async16(dst + h_dst, h_src + (h_live ? at : 0), h_live);
   };
-  // Activations of slice k: thread t copies 16-byte chunk t % 8 (positions 8 (t % 8) .. + 7) of
-  // rows t / 8 + kRowsPerPass j; rows past rows_pad come in as zeros.
-  constexpr int kRowsPerPass = kThreads / 8, kPasses = kBN / kRowsPerPass;
-  const int x_row = tid / 8, x_chunk = tid % 8;
-  const __half* const x_src = xh + size_t(r0 + x_row) * size_t(n_in) + 8 * x_chunk;
-  const size_t x_step = size_t(kRowsPerPass) * size_t(n_in);
-  uint32_t x_dst[kPasses];
-  bool x_live[kPasses];
-#pragma unroll
-  for (int j = 0; j < kPasses; ++j) {
-    x_dst[j] = kB + wgmma::sw128_offset(uint32_t(x_row + kRowsPerPass * j), uint32_t(8 * x_chunk));
-    x_live[j] = r0 + x_row + kRowsPerPass * j < rows_pad;
-  }
-  auto load_x = [&](int k, int st) {
-    const uint32_t dst = smem_s + st * kStageBytes;
-    const __half* src = x_src + size_t(k) * kBK;
-#pragma unroll
-    for (int j = 0; j < kPasses; ++j) cp_async16(dst + x_dst[j], x_live[j] ? src + j * x_step : xh, x_live[j]);
-  };
+  // Activations of slice k (rows past rows_pad come in as zeros).
+  const ActivationCopy<kThreads, kBN> copy_x(xh, tid, r0, n_in, rows_pad);
+  auto load_x = [&](int k, int st) { copy_x(k, smem_s + st * kStageBytes + kB); };
 
   // Weights first (immutable: they may load before the previous kernel ends), then pdl_wait
   // (also before any write of y), then the activations; one commit group a slice.

@@ -136,24 +136,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   };
-  // Activations of slice k: thread t copies 16-byte chunk t % 8 (positions 8 (t % 8) .. + 7) of
-  // rows t / 8 + 32 i (i < 4); rows past rows_pad come in as zeros.
-  const int x_row = tid / 8, x_chunk = tid % 8;
-  const __half* const x_src = xh + size_t(r0 + x_row) * size_t(n_in) + 8 * x_chunk;
-  const size_t x_step = size_t(32) * size_t(n_in);
-  uint32_t x_dst[kBN / 32];
-  bool x_live[kBN / 32];
-#pragma unroll
-  for (int i = 0; i < kBN / 32; ++i) {
-    x_dst[i] = kB + wgmma::sw128_offset(uint32_t(x_row + 32 * i), uint32_t(8 * x_chunk));
-    x_live[i] = r0 + x_row + 32 * i < rows_pad;
-  }
-  auto load_x = [&](int k, int st) {
-    const uint32_t dst = smem_s + st * kStageBytes;
-    const __half* src = x_src + size_t(k) * kBK;
-#pragma unroll
-    for (int i = 0; i < kBN / 32; ++i) cp_async16(dst + x_dst[i], x_live[i] ? src + i * x_step : xh, x_live[i]);
-  };
+  // Activations of slice k (rows past rows_pad come in as zeros).
+  const ActivationCopy<kThreads, kBN> copy_x(xh, tid, r0, n_in, rows_pad);
+  auto load_x = [&](int k, int st) { copy_x(k, smem_s + st * kStageBytes + kB); };
 
   // Weights first (immutable: they may load before the previous kernel ends), then pdl_wait
   // (also before any write of y), then the activations; one commit group a slice.
