@@ -68,7 +68,7 @@ const Shape kShapes[] = {{"ffn gate/up", 5120, 17408}, {"ffn down", 17408, 5120}
                          {"attn/gdn out", 6144, 5120}, {"attn k", 5120, 1024}, {"gdn beta", 5120, 48}};
 const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::IQ4_XS};
 // 512: a prefill chunk; 4096: the tensor-core kernels only (the fp32 one stops at 512).
-const int kRows[] = {1, 8, 16, 32, 128, 512, 4096};
+const int kRows[] = {1, 4, 8, 16, 32, 128, 512, 4096};
 constexpr int kMvMaxRows = 512;
 constexpr size_t kRotateBytes = size_t(512) << 20;  // > the H200's 50 MB L2, ten times over
 
@@ -268,6 +268,16 @@ int main(int argc, char** argv) {
                         group(ws, ys, 1, x, rows, scratch, s);
                       }};
       };
+      // The Q4_K / Q5_K tile decode kernel with 1, 2 or 4 m-tile groups a CUDA block (x quantized
+      // before; imma_decode_quantized): the groups of a block share their activation reads.
+      const bool decode_groups = (t == GgmlType::Q4_K || q5k) && tiles_dev != nullptr;
+      auto decode_shape = [&](const char* name, int groups) {
+        return Kernel{name, decode_groups, 1, df::cuda::kImmaGemmMinRows,
+                      [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
+                      [&, groups](const Weight& w, int rows) {
+                        df::cuda::imma_decode_quantized(tiles_of(w), y, rows, scratch, s, groups);
+                      }};
+      };
       const Kernel kernels[] = {
           {"imma (int8 tensor cores)", df::cuda::imma_supports(w0), 1, max_rows, nullptr,
            [&](const Weight& w, int rows) {
@@ -289,6 +299,9 @@ int main(int argc, char** argv) {
            : q80 ? "imma, tile layout (quant/q80_tiles.h)"
                  : "imma, tile layout (quant/q4k_tiles.h)",
            tiles_dev != nullptr, 1, max_rows, nullptr, [&](const Weight& w, int rows) { imma(tiles_of(w), rows); }},
+          decode_shape("imma decode alone, tiles, 1 group a block (x quantized before)", 1),
+          decode_shape("imma decode alone, tiles, 2 groups a block (x quantized before)", 2),
+          decode_shape("imma decode alone, tiles, 4 groups a block (x quantized before)", 4),
           probe("probe: reads only, GGUF rows, 1 super-block in flight", false, 1),
           probe("probe: reads only, GGUF rows, 3 in flight", false, 3),
           probe("probe: reads only, tile-contiguous, 1 in flight", true, 1),
@@ -322,6 +335,26 @@ int main(int argc, char** argv) {
           if (std::memcmp(a.data(), b.data(), n * sizeof(float)) != 0) verdict = "DIFFER at " + std::to_string(rows) + " rows";
         }
         std::printf("| %s | %s | %lld x %lld | 1-512 | tile layout vs GGUF rows, same bits: %s | | | | | | |\n",
+                    df::type_name(t), sh.what, static_cast<long long>(sh.n_in), static_cast<long long>(sh.n_out),
+                    verdict.c_str());
+      }
+      if (decode_groups) {  // every block shape of the decode kernel gives the same bits
+        std::string verdict = "equal";
+        for (int rows : {1, 2, 8, 9, 16, 32}) {
+          const size_t n = size_t(rows) * size_t(sh.n_out);
+          std::vector<float> a(n), b(n);
+          df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s);
+          for (int groups : {1, 2, 4}) {
+            check(cudaMemsetAsync(y, 0xFF, n * sizeof(float), s), "poison");
+            df::cuda::imma_decode_quantized(tiles_of(w0), y, rows, scratch, s, groups);
+            check(cudaMemcpyAsync((groups == 1 ? a : b).data(), y, n * sizeof(float), cudaMemcpyDeviceToHost, s),
+                  "download");
+            check(cudaStreamSynchronize(s), "decode shape check");
+            if (groups > 1 && std::memcmp(a.data(), b.data(), n * sizeof(float)) != 0)
+              verdict = "DIFFER at " + std::to_string(rows) + " rows, " + std::to_string(groups) + " groups";
+          }
+        }
+        std::printf("| %s | %s | %lld x %lld | 1-32 | decode kernel, 2 and 4 groups a block vs 1, same bits: %s | | | | | | |\n",
                     df::type_name(t), sh.what, static_cast<long long>(sh.n_in), static_cast<long long>(sh.n_out),
                     verdict.c_str());
       }

@@ -3042,6 +3042,56 @@ TEST_F(CudaOps, ImmaGemmShapesGiveTheSameBits) {
   }
 }
 
+// The Q4_K / Q5_K tile decode kernel computes 1, 2 or 4 m-tile groups (16 outputs each) a CUDA
+// block (imma_decode_quantized; the kernels share the activation reads of a block's groups):
+// every choice gives the bits of one group a block, at each width (1 row: the one-row variant;
+// 2-8; 9-16; 17-32), with slots of one to three super-blocks (n_in 256 .. 17408), tail groups
+// (17, 37, 129, 300 outputs: 2, 3, 9, 19 groups, so a block's last groups may be idle), outputs
+// poisoned before each run.
+TEST_F(CudaOps, ImmaDecodeGroupsGiveTheSameBits) {
+  gpu_ = make_cuda_backend(0, true, /*tiles=*/true);  // upload_matrix tiles Q4_K
+  struct Case {
+    int64_t n_in, n_out;
+  };
+  uint64_t seed = 5150;
+  for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K}) {
+    for (const Case c : {Case{5120, 300}, Case{8448, 37}, Case{17408, 129}, Case{256, 17}}) {
+      const HostWeight hw = make_weight(t, c.n_in, c.n_out, seed++);
+      const Weight w = gpu().upload_matrix(Weight{hw.type, hw.n_in, hw.n_out, hw.bytes.data(), hw.row_bytes});
+      ASSERT_TRUE(w.tiles) << type_name(t);
+      for (int rows : {1, 2, 8, 9, 16, 17, 32}) {
+        const std::vector<float> x = make_activations(rows, c.n_in, seed++);
+        void* xd = gpu().alloc(x.size() * sizeof(float));
+        gpu().upload(xd, x.data(), x.size() * sizeof(float));
+        void* scratch = gpu().alloc(cuda::imma_scratch_bytes(w, rows));
+        const size_t y_bytes = size_t(rows) * size_t(c.n_out) * sizeof(float);
+        void* yd = gpu().alloc(y_bytes);
+        const std::vector<float> poison(y_bytes / sizeof(float), kPoison);
+        gpu().synchronize();
+        cuda::imma_quantize(static_cast<const float*>(xd), c.n_in, rows, scratch, nullptr);
+        std::vector<std::vector<float>> ys;
+        for (int groups : {1, 2, 4}) {
+          gpu().upload(yd, poison.data(), y_bytes);
+          gpu().synchronize();
+          cuda::imma_decode_quantized(w, static_cast<float*>(yd), rows, scratch, nullptr, groups);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "groups " << groups;
+          ys.emplace_back(y_bytes / sizeof(float));
+          gpu().download(ys.back().data(), yd, y_bytes);
+        }
+        const std::string where = std::string(type_name(t)) + " " + std::to_string(c.n_in) + "x" +
+                                  std::to_string(c.n_out) + " rows " + std::to_string(rows);
+        EXPECT_TRUE(std::none_of(ys[0].begin(), ys[0].end(), [](float v) { return std::isnan(v); }))
+            << "unwritten outputs, " << where;
+        for (size_t k = 1; k < ys.size(); ++k)
+          EXPECT_EQ(0, std::memcmp(ys[0].data(), ys[k].data(), y_bytes)) << (k == 1 ? 2 : 4) << " groups, " << where;
+        gpu().release(yd);
+        gpu().release(scratch);
+        gpu().release(xd);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Q8_K activations written by the norm kernels (CudaBackend's fuse_quantize)
 

@@ -56,13 +56,18 @@ struct BlockSegment {
   int64_t y_stride;
   int64_t o0;
 };
-__device__ __forceinline__ BlockSegment block_segment(const Segments& segs, int out_per_block) {
+// block: the block's index among first_block's (blockIdx.y, or a share of a block that
+// computes several, as the decode kernels' m-tile groups do).
+__device__ __forceinline__ BlockSegment block_segment(const Segments& segs, int out_per_block, int block) {
   int seg = 0;
 #pragma unroll
   for (int i = 1; i < kMaxSegments; ++i)
-    if (i < segs.n && int(blockIdx.y) >= segs.first_block[i]) seg = i;
+    if (i < segs.n && block >= segs.first_block[i]) seg = i;
   return {segs.w[seg], segs.row_bytes[seg], segs.n_out[seg], segs.y[seg], segs.y_stride[seg],
-          int64_t(int(blockIdx.y) - segs.first_block[seg]) * out_per_block};
+          int64_t(block - segs.first_block[seg]) * out_per_block};
+}
+__device__ __forceinline__ BlockSegment block_segment(const Segments& segs, int out_per_block) {
+  return block_segment(segs, out_per_block, int(blockIdx.y));
 }
 
 // Where the quantized activations live inside the scratch buffer. q, d and m are Q4_K's format

@@ -66,7 +66,14 @@ constexpr int blocks_per_sm(int nt) { return nt == 1 ? 3 : 2; }
 // super-block, Q4_K's plus four 128-byte words of the high values' low bits): the low operand is
 // the 5-bit value (one AND), the high one 8 x the value (q5k_high_operand), so the low scales
 // are taken 8 times, not 16, and the float part divides by 8.
-template <int MT, int NT, int kMaxWarps, bool kOneRow, bool kTiles = false, bool kQ5k = false>
+// kG: m-tile groups a block computes (of 16 * MT outputs each: the launch's blocks of
+// for_each_launch, kG to a CUDA block). Warp w takes group w % kG and that group's slots
+// w / kG, w / kG + n_warps / kG, ...: the kG warps of a slot read the same activations at about
+// the same time, so the L1 cache serves all but the first, and the activations cross from L2
+// once per kG groups instead of once per group (at 16 rows they are 16 x n_in bytes a group:
+// as many bytes as the weights' elements, more than the weights themselves). Each output's
+// slots and their order are those of kG = 1: the same bits.
+template <int MT, int NT, int kMaxWarps, bool kOneRow, bool kTiles = false, bool kQ5k = false, int kG = 1>
 __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
     imma_q4k_kernel(const Segments segs, int n_sb, Slots slots, const int8_t* __restrict__ xq,
                     const float* __restrict__ xd, const uint2* __restrict__ xm, int n_in, int rows_pad, int rows) {
@@ -75,17 +82,19 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
   constexpr int kRegs = MT * NT * 4;
   constexpr int kLoMul = kQ5k ? 8 : 16;  // the high operand's multiple of the value it stands for
   constexpr uint32_t kTileBytes = kQ5k ? kQ5kTileBytes : kQ4kTileBytes;
-  extern __shared__ float part_smem[];  // [slot][kRegs][kWarp]
-  auto part = [&](int slot, int reg, int l) -> float& { return part_smem[(slot * kRegs + reg) * kWarp + l]; };
+  extern __shared__ float part_smem[];  // [group][slot][kRegs][kWarp]
+  auto part = [&](int grp, int slot, int reg, int l) -> float& {
+    return part_smem[((grp * slots.count + slot) * kRegs + reg) * kWarp + l];
+  };
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
   const int g = lane / 4, c = lane % 4;
-  const BlockSegment bs = block_segment(segs, 16 * MT);
+  const int grp = warp % kG, n_groups = segs.first_block[segs.n];
+  const int group = int(blockIdx.y) * kG + grp;  // this warp's group (past the last: idle)
+  const BlockSegment bs = block_segment(segs, 16 * MT, min(group, n_groups - 1));
   const uint8_t* const w = bs.w;
   const size_t row_bytes = bs.row_bytes;
   const int64_t n_out = bs.n_out;
-  float* const y = bs.y;
-  const int64_t y_stride = bs.y_stride;
   const int64_t o0 = bs.o0;
   const int r0 = int(blockIdx.x) * kRowsPerGroup;
   // n-tiles with rows (uniform). imma_matmul_group sends one n-tile calls of 1-8 rows and two
@@ -141,7 +150,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
   const uint32_t mn_low_mask = opaque(c < 2 ? 0x0F0F0F0Fu : 0u), mn_top_mask = opaque(c < 2 ? 0x30303030u : 0u);
   const uint32_t mn_top_shift = opaque(2u * uint32_t(c)), mn_from_w = opaque(c == 1 ? 1u : 0u);
 
-  for (int slot = warp; slot < slots.count; slot += n_warps) {
+  const int first_slot = group < n_groups ? warp / kG : slots.count;  // (uniform in the warp)
+  for (int slot = first_slot; slot < slots.count; slot += n_warps / kG) {
   float acc[MT][NT][4] = {};
 
   const int sb_end = min(n_sb, (slot + 1) * slots.per_slot);
@@ -303,41 +313,45 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) part(slot, (mt * NT + nt) * 4 + j, lane) = acc[mt][nt][j];
+      for (int j = 0; j < 4; ++j) part(grp, slot, (mt * NT + nt) * 4 + j, lane) = acc[mt][nt][j];
   }  // slot
 
   // Sum the slots in slot order; thread t of the block finishes elements t, t + blockDim.x, ...
   __syncthreads();
-  for (int i = int(threadIdx.x); i < kRegs * kWarp; i += blockDim.x) {
-    const int reg = i / kWarp, l = i % kWarp;
+  for (int i = int(threadIdx.x); i < kG * kRegs * kWarp; i += blockDim.x) {
+    const int gi = i / (kRegs * kWarp), reg = i / kWarp % kRegs, l = i % kWarp;
+    const int grp_block = int(blockIdx.y) * kG + gi;
+    if (grp_block >= n_groups) continue;
+    const BlockSegment gs = kG == 1 ? bs : block_segment(segs, 16 * MT, grp_block);
     const int mt = reg / (NT * 4), nt = (reg / 4) % NT, j = reg % 4;
-    const int64_t o = o0 + mt * 16 + l / 4 + 8 * (j / 2);
+    const int64_t o = gs.o0 + mt * 16 + l / 4 + 8 * (j / 2);
     const int r = r0 + nt * 8 + 2 * (l % 4) + (j % 2);
-    if (nt >= nt_live || o >= n_out || r >= rows) continue;
-    float sum = part(0, reg, l);
-    for (int k = 1; k < slots.count; ++k) sum = __fadd_rn(sum, part(k, reg, l));
-    y[int64_t(r) * y_stride + o] = sum;
+    if (nt >= nt_live || o >= gs.n_out || r >= rows) continue;
+    float sum = part(gi, 0, reg, l);
+    for (int k = 1; k < slots.count; ++k) sum = __fadd_rn(sum, part(gi, k, reg, l));
+    gs.y[int64_t(r) * gs.y_stride + o] = sum;
   }
 }
 
 // Eight warps a block, each taking slots w, w + 8, ...: on the H200 this streamed the decode
 // product faster (1.33 TB/s) than a warp per slot (1.20 TB/s, all blocks in one wave waiting on
 // memory together, then computing together).
-template <int NT, bool kOneRow = false, bool kTiles = false, bool kQ5k = false>
+template <int NT, bool kOneRow = false, bool kTiles = false, bool kQ5k = false, int kG = 1>
 void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
                  int rows_pad, cudaStream_t s) {
   constexpr int MT = 1;
   constexpr int kMaxWarps = 8;
+  static_assert(kMaxWarps % kG == 0, "a block's warps split evenly over its m-tile groups");
   const int n_sb = int(n_in / kSb);
   const Slots slots = slots_of(n_sb);
-  const int warps = std::min(slots.count, kMaxWarps);
-  const size_t smem = size_t(slots.count) * MT * NT * 4 * kWarp * sizeof(float);
-  // Up to 64 KiB of dynamic shared memory (kMaxSlots x 16 x 32 floats); a refusal shows as the
-  // launch error, which the caller checks.
-  constexpr auto kernel = imma_q4k_kernel<MT, NT, kMaxWarps, kOneRow, kTiles, kQ5k>;
-  (void)raise_smem_limit<kernel>(kMaxSlots * MT * NT * 4 * kWarp * int(sizeof(float)));
+  const int warps = kG * std::min(slots.count, kMaxWarps / kG);
+  const size_t smem = size_t(kG) * size_t(slots.count) * MT * NT * 4 * kWarp * sizeof(float);
+  // Up to kG x 64 KiB of dynamic shared memory (kMaxSlots x 16 x 32 floats a group); a refusal
+  // shows as the launch error, which the caller checks.
+  constexpr auto kernel = imma_q4k_kernel<MT, NT, kMaxWarps, kOneRow, kTiles, kQ5k, kG>;
+  (void)raise_smem_limit<kernel>(kG * kMaxSlots * MT * NT * 4 * kWarp * int(sizeof(float)));
   const unsigned groups = ceil_div(rows, kRowsPerGroup);
-  launch(kernel, dim3(groups, unsigned(segs.first_block[segs.n])), warps * kWarp, smem, s,
+  launch(kernel, dim3(groups, ceil_div(unsigned(segs.first_block[segs.n]), unsigned(kG))), warps * kWarp, smem, s,
       segs, n_sb, slots, xq, xd, xm, int(n_in), rows_pad, rows);
 }
 
@@ -357,6 +371,50 @@ size_t imma_scratch_bytes(const Weight& w, int rows) {
 }
 
 size_t q8k_fused_bytes(int64_t n_in, int rows) { return 2 * q8k_fused_q6k_offset(n_in, (rows + 7) / 8 * 8); }
+
+namespace {
+// The decode kernel for rows <= kImmaGemmMinRows, with kG m-tile groups a block (kG = 0: the
+// routed choice, decode_groups_per_block).
+int decode_groups_per_block(int rows) { return rows == 1 ? 1 : 2; }
+
+void imma_decode(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
+                 int rows_pad, cudaStream_t s, int groups_per_block) {
+  if (groups_per_block == 0) groups_per_block = decode_groups_per_block(rows);
+  auto decode = [&](auto tiles, auto q5k, auto g) {
+    constexpr bool kTiles = decltype(tiles)::value, kQ5k = decltype(q5k)::value;
+    constexpr int kG = decltype(g)::value;
+    if (rows == 1) imma_launch<1, true, kTiles, kQ5k, kG>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    else if (rows <= 8) imma_launch<1, false, kTiles, kQ5k, kG>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    else if (rows <= 16) imma_launch<2, false, kTiles, kQ5k, kG>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    else imma_launch<4, false, kTiles, kQ5k, kG>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+  };
+  using T = std::true_type;
+  using F = std::false_type;
+  using G1 = std::integral_constant<int, 1>;
+  using G2 = std::integral_constant<int, 2>;
+  using G4 = std::integral_constant<int, 4>;
+  if (!segs.q4k_tiles && !segs.q5k_tiles) return decode(F{}, F{}, G1{});  // GGUF rows: one group a block
+  auto tiles = [&](auto q5k) {
+    if (groups_per_block == 4) decode(T{}, q5k, G4{});
+    else if (groups_per_block == 2) decode(T{}, q5k, G2{});
+    else decode(T{}, q5k, G1{});
+  };
+  segs.q5k_tiles ? tiles(T{}) : tiles(F{});
+}
+}  // namespace
+
+void imma_decode_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s,
+                           int groups_per_block) {
+  const int rows_pad = (rows + 7) / 8 * 8;
+  const Q8kLayout l = q8k_layout(w.n_in, rows_pad);
+  auto* base = static_cast<const uint8_t*>(scratch);
+  const Weight* ws[1] = {&w};
+  float* ys[1] = {y};
+  for_each_launch(ws, ys, 1, [&](const Segments& segs) {
+    imma_decode(segs, w.n_in, reinterpret_cast<const int8_t*>(base + l.q), reinterpret_cast<const float*>(base + l.d),
+                reinterpret_cast<const uint2*>(base + l.m), rows, rows_pad, s, groups_per_block);
+  });
+}
 
 void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                        cudaStream_t s, const void* quantized) {
@@ -379,17 +437,7 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
            xm);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
     if (rows > kImmaGemmMinRows) return imma_gemm(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    auto decode = [&](auto tiles, auto q5k) {
-      constexpr bool kTiles = decltype(tiles)::value, kQ5k = decltype(q5k)::value;
-      if (rows == 1) imma_launch<1, true, kTiles, kQ5k>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-      else if (rows <= 8) imma_launch<1, false, kTiles, kQ5k>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-      else if (rows <= 16) imma_launch<2, false, kTiles, kQ5k>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-      else imma_launch<4, false, kTiles, kQ5k>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    };
-    using T = std::true_type;
-    using F = std::false_type;
-    if (segs.q5k_tiles) decode(T{}, T{});
-    else segs.q4k_tiles ? decode(T{}, F{}) : decode(F{}, F{});
+    imma_decode(segs, n_in, xq, xd, xm, rows, rows_pad, s, 0);
   });
 }
 

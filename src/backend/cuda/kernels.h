@@ -127,6 +127,12 @@ size_t imma_q80_scales_offset(int64_t n_in, int rows);
 // compare them on the device: output tile x warps, each output's bits the same in every shape).
 // A tiled Q8_0 w takes imma_q80_gemm.cu, with x quantized by imma_quantize_q80; a Q6_K w (rows
 // or tiles) imma_q6k_gemm.cu, with x quantized by imma_quantize_q6k, in its own block shape.
+// imma_matmul.cu -- the Q4_K / Q5_K tile decode kernel (rows <= kImmaGemmMinRows) on x quantized
+// before (imma_quantize), with groups_per_block m-tile groups of 16 outputs a CUDA block (1, 2
+// or 4; 0: the routed choice), so that bench/matmul_kernels can compare them: every choice gives
+// the same bits.
+void imma_decode_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s,
+                           int groups_per_block);
 enum class ImmaGemmShape { kAuto, k128x64Warps4, k128x128Warps8, k128x128Warps16 };
 void imma_gemm_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s,
                          ImmaGemmShape shape = ImmaGemmShape::kAuto);
