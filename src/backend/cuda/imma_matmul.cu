@@ -386,7 +386,7 @@ void imma_decode(const Segments& segs, int64_t n_in, const int8_t* xq, const flo
     if (rows == 1) imma_launch<1, true, kTiles, kQ5k, kG>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
     else if (rows <= 8) imma_launch<1, false, kTiles, kQ5k, kG>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
     else if (rows <= 16) imma_launch<2, false, kTiles, kQ5k, kG>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    else imma_launch<4, false, kTiles, kQ5k, kG>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    else imma_launch<4, false, kTiles, kQ5k, std::min(kG, 2)>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
   };
   using T = std::true_type;
   using F = std::false_type;
@@ -395,7 +395,8 @@ void imma_decode(const Segments& segs, int64_t n_in, const int8_t* xq, const flo
   using G4 = std::integral_constant<int, 4>;
   if (!segs.q4k_tiles && !segs.q5k_tiles) return decode(F{}, F{}, G1{});  // GGUF rows: one group a block
   auto tiles = [&](auto q5k) {
-    if (groups_per_block == 4) decode(T{}, q5k, G4{});
+    // (4 groups at 17-32 rows would want 256 KiB of shared memory for their slots: 2 there.)
+    if (groups_per_block == 4 && rows <= 16) decode(T{}, q5k, G4{});
     else if (groups_per_block == 2) decode(T{}, q5k, G2{});
     else decode(T{}, q5k, G1{});
   };

@@ -129,8 +129,8 @@ size_t imma_q80_scales_offset(int64_t n_in, int rows);
 // or tiles) imma_q6k_gemm.cu, with x quantized by imma_quantize_q6k, in its own block shape.
 // imma_matmul.cu -- the Q4_K / Q5_K tile decode kernel (rows <= kImmaGemmMinRows) on x quantized
 // before (imma_quantize), with groups_per_block m-tile groups of 16 outputs a CUDA block (1, 2
-// or 4; 0: the routed choice), so that bench/matmul_kernels can compare them: every choice gives
-// the same bits.
+// or 4, where 4 means 2 above 16 rows; 0: the routed choice), so that bench/matmul_kernels can
+// compare them: every choice gives the same bits.
 void imma_decode_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s,
                            int groups_per_block);
 enum class ImmaGemmShape { kAuto, k128x64Warps4, k128x128Warps8, k128x128Warps16 };
