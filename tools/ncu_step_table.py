@@ -3,8 +3,10 @@
 
 Nsight Compute times each kernel alone (serialized: no overlap between neighbours), so the sum is
 an upper bound on the step; the table says where a step's time goes, kernel by kernel.
-Forwards are cut at each embedding gather (embed_k: the first kernel of a forward); the last
-complete forward is tabulated, grouped by kernel and launch shape.
+Forwards are cut at each embedding gather (embed_k: the first kernel of a forward). The forward
+tabulated (grouped by kernel and launch shape) is the last complete one of the most common kernel
+count: the bench's plain decode steps, not the step it runs once through the byte-counting wrapper
+(which launches each product of a shared-input group apart, with its own quantizer).
 
   tools/ncu_step_table.py ncu_step.csv [--top N]
 """
@@ -39,14 +41,16 @@ def main():
     starts = [i for i, l in enumerate(launches) if l[0].startswith("embed_k")]
     if len(starts) < 2:
         raise SystemExit("fewer than two forwards (embed_k launches) in the CSV")
-    forward = launches[starts[-2]:starts[-1]]
+    forwards = [launches[a:b] for a, b in zip(starts, starts[1:])]
+    common = collections.Counter(len(f) for f in forwards).most_common(1)[0][0]
+    forward = [f for f in forwards if len(f) == common][-1]
     total = sum(l[3] for l in forward)
     groups = collections.defaultdict(lambda: [0, 0.0])
     for name, grid, block, us in forward:
         g = groups[(name, grid, block)]
         g[0] += 1
         g[1] += us
-    print(f"{len(starts) - 1} complete forwards; the last: {len(forward)} kernels, {total / 1e3:.3f} ms "
+    print(f"{len(starts) - 1} complete forwards; the last of the {common}-kernel ones: {len(forward)} kernels, {total / 1e3:.3f} ms "
           "(each kernel timed alone)\n")
     print("| kernel | grid | block | calls | us a call | us in the forward | share |")
     print("|---|---|---|---|---|---|---|")
