@@ -777,7 +777,9 @@ struct GemmCase {
 
 // Chosen rows of one call of c.rows rows of a t weight (the prefill GEMM above 32 rows) equal,
 // memcmp-equal, the same rows in calls of their own: 1 row and 33 rows starting there (the
-// decode kernel, and the GEMM at another tile alignment). Outputs start as NaN.
+// decode kernel, and the GEMM at another tile alignment). Outputs start as NaN. A weight of at
+// most cuda::kFewOutputBlocks blocks of 16 outputs (37 outputs below) takes the decode kernel at
+// every row count (Q6_K excepted), so there the check is of its 32-row groups against single rows.
 void expect_gemm_rows_equal_decode_rows(Backend& gpu, GgmlType t, const GemmCase& c, uint64_t seed,
                                         bool upload_matrix = false) {
   const HostWeight hw = make_weight(t, c.n_in, c.n_out, seed);
@@ -1582,13 +1584,25 @@ class DequantizedCpu final : public Backend {
     const bool f16 = cuda_rounds_to_f16(w, as_matrix);
     f32_product(w, dequantized(w, f16), x, rows, y, f16);
   }
+  // As CudaBackend::prompt_matmul_shared_input routes them: an f16 GEMM for the tile types with
+  // the first such weight's n_in, unless the group's weights of that type have few outputs
+  // together (cuda::kFewOutputBlocks: they take the integer kernels).
   void prompt_matmul_shared_input(const Weight* const* ws, float* const* ys, int n, const float* x, int rows) override {
+    std::vector<bool> f16(size_t(n), false);
+    int64_t n_in = -1;
     for (int i = 0; i < n; ++i) {
       const Weight& w = *ws[i];
-      if (prompt_f16_ && takes_prompt_gemm(w.type) && w.n_in % 256 == 0 && matrices_.count(w.data) != 0)
-        f32_product(w, dequantized(w, false), x, rows, ys[i], /*f16_x=*/true);
-      else
-        matmul(w, x, rows, ys[i]);
+      f16[size_t(i)] = prompt_f16_ && takes_prompt_gemm(w.type) && w.n_in % 256 == 0 && matrices_.count(w.data) != 0 &&
+                       (n_in < 0 || w.n_in == n_in);
+      if (f16[size_t(i)]) n_in = w.n_in;
+    }
+    for (int i = 0; i < n; ++i) {
+      int64_t outputs = 0;
+      for (int j = 0; j < n; ++j)
+        if (f16[size_t(j)] && ws[j]->type == ws[i]->type) outputs += ws[j]->n_out;
+      const bool f16_gemm = f16[size_t(i)] && outputs > int64_t(cuda::kFewOutputBlocks) * 16;
+      if (f16_gemm) f32_product(*ws[i], dequantized(*ws[i], false), x, rows, ys[i], /*f16_x=*/true);
+      else matmul(*ws[i], x, rows, ys[i]);
     }
   }
   void embed(const Weight& t, const int32_t* tok, int rows, float* out) override { cpu_->embed(t, tok, rows, out); }

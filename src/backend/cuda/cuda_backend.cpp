@@ -356,7 +356,7 @@ void CudaBackend::prompt_matmul_shared_input(const Weight* const* ws, float* con
   if (!prompt_f16_ || rows <= 0) return matmul_shared_input(ws, ys, n, x, rows);
   // Tile weights of the first such weight's n_in go to their type's f16 wgmma GEMM, one launch
   // per type (Q6_K stores the activations in another order of k); the rest (other types,
-  // another n_in) to the integer kernels.
+  // another n_in, types with few outputs in the group) to the integer kernels.
   constexpr int kMaxGroup = 8;
   for (int i0 = 0; i0 < n; i0 += kMaxGroup) {
     const int m = std::min(kMaxGroup, n - i0);
@@ -367,12 +367,28 @@ void CudaBackend::prompt_matmul_shared_input(const Weight* const* ws, float* con
     int64_t n_in = -1;
     for (int i = i0; i < i0 + m; ++i) {
       gemm[i - i0] = prompt_gemm_for(*ws[i]);
-      if (gemm[i - i0] != nullptr && (n_in < 0 || ws[i]->n_in == n_in)) {
-        n_in = ws[i]->n_in;
+      if (gemm[i - i0] != nullptr && n_in >= 0 && ws[i]->n_in != n_in) gemm[i - i0] = nullptr;
+      if (gemm[i - i0] != nullptr) n_in = ws[i]->n_in;
+    }
+    // A type with few outputs in all (kFewOutputBlocks) would be a launch of a few blocks each
+    // running the whole k loop: its products take the integer kernels instead.
+    for (int i = 0; i < m; ++i) {
+      const PromptGemm type = gemm[i];
+      if (type == nullptr) continue;
+      int64_t outputs = 0;
+      for (int j = 0; j < m; ++j)
+        if (gemm[j] == type) outputs += ws[i0 + j]->n_out;
+      if (outputs > int64_t(cuda::kFewOutputBlocks) * 16) continue;
+      for (int j = 0; j < m; ++j)
+        if (gemm[j] == type) gemm[j] = nullptr;
+    }
+    n_in = -1;
+    for (int i = 0; i < m; ++i) {
+      if (gemm[i] != nullptr) {
+        n_in = ws[i0 + i]->n_in;
       } else {
-        gemm[i - i0] = nullptr;
-        rest_w[n_rest] = ws[i];
-        rest_y[n_rest++] = ys[i];
+        rest_w[n_rest] = ws[i0 + i];
+        rest_y[n_rest++] = ys[i0 + i];
       }
     }
     if (n_rest > 0) matmul_shared_input(rest_w, rest_y, n_rest, x, rows);  // (takes any fused activations)

@@ -366,6 +366,12 @@ void for_each_launch(const Weight* const* ws, float* const* ys, int n, F&& launc
   if (cur.n > 0) launch(cur);
 }
 
+// Whether a launch of these segments for `rows` rows takes the GEMM (else the decode kernel; see
+// kFewOutputBlocks in kernels.h).
+inline bool takes_gemm(const Segments& segs, int rows) {
+  return rows > kImmaGemmMinRows && segs.first_block[segs.n] > kFewOutputBlocks;
+}
+
 // imma_q6k.cu: imma_matmul_group for Q6_K weights (imma_matmul.cu dispatches to it), every row
 // count (above kImmaGemmMinRows through imma_q6k_gemm.cu); a Q6_K row's result does not depend
 // on the batch either (the same slots).

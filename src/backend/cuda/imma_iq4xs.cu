@@ -205,7 +205,7 @@ void imma_iq4xs_group(const Weight* const* ws, float* const* ys, int n, const fl
   const auto* xd = reinterpret_cast<const float*>(acts + l.d);
   if (quantized == nullptr) imma_quantize(x, n_in, rows, scratch, s);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
-    if (rows > kImmaGemmMinRows) imma_iq4xs_gemm(segs, n_in, xq, xd, rows, rows_pad, s);
+    if (takes_gemm(segs, rows)) imma_iq4xs_gemm(segs, n_in, xq, xd, rows, rows_pad, s);
     else if (rows == 1) launch_iq4xs<1, true>(segs, n_in, xq, xd, rows, rows_pad, s);
     else if (rows <= 8) launch_iq4xs<1>(segs, n_in, xq, xd, rows, rows_pad, s);
     else if (rows <= 16) launch_iq4xs<2>(segs, n_in, xq, xd, rows, rows_pad, s);

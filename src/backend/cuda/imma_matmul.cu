@@ -452,7 +452,7 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
     launch(quantize_q8k_k, dim3(unsigned(n_sb), unsigned(rows_pad)), kWarp, 0, s, x, rows, rows_pad, int(n_in), xq, xd,
            xm);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
-    if (rows > kImmaGemmMinRows) return imma_gemm(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    if (takes_gemm(segs, rows)) return imma_gemm(segs, n_in, xq, xd, xm, rows, rows_pad, s);
     imma_decode(segs, n_in, xq, xd, xm, rows, rows_pad, s, 0);
   });
 }

@@ -217,7 +217,7 @@ void imma_q80_group(const Weight* const* ws, float* const* ys, int n, const floa
   const Q80Acts a = q80_acts(scratch, n_in, rows);
   quantize(x, n_in, rows, a, s);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
-    if (rows > kImmaGemmMinRows) return imma_q80_gemm(segs, n_in, a, rows, s);
+    if (takes_gemm(segs, rows)) return imma_q80_gemm(segs, n_in, a, rows, s);
     if (rows == 1) q80_launch<1, true>(segs, n_in, a, rows, s);
     else if (rows <= 8) q80_launch<1>(segs, n_in, a, rows, s);
     else if (rows <= 16) q80_launch<2>(segs, n_in, a, rows, s);

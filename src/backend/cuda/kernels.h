@@ -49,6 +49,14 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
 size_t q8k_fused_bytes(int64_t n_in, int rows);
 
 constexpr int kImmaGemmMinRows = 32;
+// Launches of at most this many 16-output blocks (the 48-output ssm_alpha/beta of a shared-input
+// group whose other products are another type) take the decode kernel at every row count: a GEMM
+// block runs the whole k loop for its 64-128 rows on one SM, while the decode kernel spreads k
+// over eight warps a 32-row group (same bits either way). Q6_K keeps its GEMM (its decode
+// kernel assumes full row groups below the last n-tile). The prompt products send such a type's
+// weights to the integer kernels rather than to an f16 GEMM launch of their own
+// (CudaBackend::prompt_matmul_shared_input).
+constexpr int kFewOutputBlocks = 8;
 
 // deq_gemm.cu -- the prompt GEMM for Q4_K tile weights (quant/q4k_tiles.h): weights dequantized
 // to f16 in shared memory, f16 activations (to_half_rows_scaled), mma with fp32 sums. Its rows are
