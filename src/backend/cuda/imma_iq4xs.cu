@@ -64,19 +64,6 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
     wq = opaque(tile + 16 * lane);
     wh = opaque(tile + kIq4xsTileHeaders + 16 * g);
   }
-  // Super-block sb's weight loads: headers hw (rows g: x, y; g + 8: z, w), quant pairs qw (pair
-  // i: sub-block 2i rows g, g + 8 (x, y), 2i + 1 rows g, g + 8 (z, w)). The warp's first are
-  // loaded before pdl_wait (no kernel writes weights; see imma_matmul.cu).
-  uint4 hw, qw[4];
-  auto load_weights = [&](int sb) {
-    const uint32_t sbu = uint32_t(sb);
-    const uint8_t* const qp = wide_madd(wq, sbu, uint32_t(kIq4xsTileBytes));
-    hw = __ldg(reinterpret_cast<const uint4*>(wide_madd(wh, sbu, uint32_t(kIq4xsTileBytes))));
-#pragma unroll
-    for (int i = 0; i < 4; ++i) qw[i] = __ldg(reinterpret_cast<const uint4*>(qp + kIq4xsTileQuantStride * i));
-  };
-  bool preloaded = warp < slots.count;
-  if (preloaded) load_weights(warp * slots.per_slot);
   pdl_wait();
   // Lanes of padding rows read row r0's activations (the same sectors as a live lane: no extra
   // traffic); their mma columns are never stored, so no select zeroes them.
@@ -95,8 +82,12 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
     const int sb_end = min(n_sb, (slot + 1) * slots.per_slot);
     for (int sb = slot * slots.per_slot; sb < sb_end; ++sb) {
       const uint32_t sbu = uint32_t(sb);
-      if (!preloaded) load_weights(sb);
-      preloaded = false;
+      const uint8_t* const qp = wide_madd(wq, sbu, uint32_t(kIq4xsTileBytes));
+      const uint8_t* const hp = wide_madd(wh, sbu, uint32_t(kIq4xsTileBytes));
+      const uint4 hw = __ldg(reinterpret_cast<const uint4*>(hp));  // rows g (x, y) and g + 8 (z, w)
+      uint4 qw[4];  // pair i: sub-block 2i rows g, g + 8 (x, y), 2i + 1 rows g, g + 8 (z, w)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) qw[i] = __ldg(reinterpret_cast<const uint4*>(qp + kIq4xsTileQuantStride * i));
       const int8_t* xp[NT];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) xp[nt] = wide_madd(xr[nt], sbu, uint32_t(kSb));
