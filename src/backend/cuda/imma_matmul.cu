@@ -49,9 +49,6 @@ namespace {
 constexpr int kMaxNt = 4;         // n-tiles per launch group: 32 activation rows
 constexpr int kRowsPerGroup = 8 * kMaxNt;
 
-// Whether a warp loads its first super-block's weights before pdl_wait (see the kernel).
-constexpr bool kPreloadFirstWeights = true;
-
 // Blocks per SM the register budget must allow: 3 for one n-tile (24 warps to hide latency), 2 above.
 constexpr int blocks_per_sm(int nt) { return nt == 1 ? 3 : 2; }
 
@@ -130,50 +127,6 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
       }
     }
   constexpr uint32_t kSbBytes = kTiles ? kTileBytes : kQ4kBytes;  // one super-block further
-
-  // The weight loads of super-block sb: headers hw (d, dmin | scales 0..3 | mins 0..3 | high
-  // bits, scales and mins 4..7), quants qw, Q5_K high bits fw. Each address is one wide
-  // multiply-add from a loop-invariant base.
-  uint4 hw[MT][2];
-  uint2 qw[4][MT][2];
-  uint32_t fw[4][MT];
-  auto load_weights = [&](int sb) {
-    const uint32_t sbu = uint32_t(sb);
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        hw[mt][h] = __ldg(reinterpret_cast<const uint4*>(wide_madd(wh[mt][h], sbu, kSbBytes)));
-    const uint8_t* qp[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) qp[mt][h] = wide_madd(wq[mt][h], sbu, kSbBytes);
-    const uint8_t* fp[MT];
-    if constexpr (kQ5k) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) fp[mt] = wide_madd(wf[mt], sbu, kSbBytes);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        if constexpr (kTiles) {  // rows g and g + 8 in one word
-          const uint4 v = __ldg(reinterpret_cast<const uint4*>(qp[mt][0] + kQ4kTileQuantStride * i));
-          qw[i][mt][0] = make_uint2(v.x, v.y), qw[i][mt][1] = make_uint2(v.z, v.w);
-          if constexpr (kQ5k) fw[i][mt] = __ldg(reinterpret_cast<const uint32_t*>(fp[mt] + 128 * i));
-        } else {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) qw[i][mt][h] = __ldg(reinterpret_cast<const uint2*>(qp[mt][h] + 32 * i));
-        }
-      }
-  };
-  // The first super-block's weights are loaded before pdl_wait: no kernel writes them, and while
-  // the kernel before (a norm, a gate) finishes, the memory system already streams this one's
-  // first wave of weights.
-  const int first_slot = group < n_groups ? warp / kG : slots.count;  // (uniform in the warp)
-  bool preloaded = kPreloadFirstWeights && first_slot < slots.count;
-  if (preloaded) load_weights(first_slot * slots.per_slot);
   pdl_wait();
   // Lanes of padding rows read row r0's activations (the same sectors as a live lane: no extra
   // traffic). That puts another row's sums into their mma columns, which no stored output reads
@@ -197,13 +150,26 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
   const uint32_t mn_low_mask = opaque(c < 2 ? 0x0F0F0F0Fu : 0u), mn_top_mask = opaque(c < 2 ? 0x30303030u : 0u);
   const uint32_t mn_top_shift = opaque(2u * uint32_t(c)), mn_from_w = opaque(c == 1 ? 1u : 0u);
 
+  const int first_slot = group < n_groups ? warp / kG : slots.count;  // (uniform in the warp)
   for (int slot = first_slot; slot < slots.count; slot += n_warps / kG) {
   float acc[MT][NT][4] = {};
 
   const int sb_end = min(n_sb, (slot + 1) * slots.per_slot);
   for (int sb = slot * slots.per_slot; sb < sb_end; ++sb) {
-    // This super-block's activation addresses: one wide multiply-add each.
+    // This super-block's addresses: one wide multiply-add each from a loop-invariant base.
     const uint32_t sbu = uint32_t(sb);
+    const uint8_t* hp[MT][2];
+    const uint8_t* qp[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        hp[mt][h] = wide_madd(wh[mt][h], sbu, kSbBytes), qp[mt][h] = wide_madd(wq[mt][h], sbu, kSbBytes);
+    const uint8_t* fp[MT];
+    if constexpr (kQ5k) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) fp[mt] = wide_madd(wf[mt], sbu, kSbBytes);
+    }
     const int8_t* xp[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) xp[nt] = wide_madd(xr[nt], sbu, kSb);
@@ -213,8 +179,27 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
     // Every weight load of the super-block is issued before the first use (and, for up to two
     // n-tiles, every activation load): the kernel is bound by memory latency, so what counts is
     // how many bytes each warp has in flight.
-    if (!preloaded) load_weights(sb);
-    preloaded = false;
+    uint4 hw[MT][2];  // headers: d, dmin | scales 0..3 | mins 0..3 | high bits, scales and mins 4..7
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) hw[mt][h] = __ldg(reinterpret_cast<const uint4*>(hp[mt][h]));
+    uint2 qw[4][MT][2];
+    uint32_t fw[4][MT];  // Q5_K: the pair's high bits
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if constexpr (kTiles) {  // rows g and g + 8 in one word
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(qp[mt][0] + kQ4kTileQuantStride * i));
+          qw[i][mt][0] = make_uint2(v.x, v.y), qw[i][mt][1] = make_uint2(v.z, v.w);
+          if constexpr (kQ5k)
+            fw[i][mt] = __ldg(reinterpret_cast<const uint32_t*>(fp[mt] + 128 * i));
+        } else {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) qw[i][mt][h] = __ldg(reinterpret_cast<const uint2*>(qp[mt][h] + 32 * i));
+        }
+      }
     constexpr int kXAhead = NT <= 2 ? 4 : 1;  // sub-block pairs of activations loaded up front
     uint2 xv[kXAhead][2][NT];
     auto load_x = [&](int i, uint2 (&v)[2][NT]) {
@@ -390,7 +375,9 @@ size_t q8k_fused_bytes(int64_t n_in, int rows) { return 2 * q8k_fused_q6k_offset
 namespace {
 // The decode kernel for rows <= kImmaGemmMinRows, with kG m-tile groups a block (kG = 0: the
 // routed choice, decode_groups_per_block).
-int decode_groups_per_block(int rows) { return rows == 1 ? 1 : 2; }
+// Measured on an H100 (docs/performance.md, session 14): 2 groups made the 16-row forward of the
+// 27B-shaped mix-q4_k_m 3% faster and the 2-8-row ones ~2% slower, 32 rows the same.
+int decode_groups_per_block(int rows) { return rows > 8 && rows <= 16 ? 2 : 1; }
 
 void imma_decode(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
                  int rows_pad, cudaStream_t s, int groups_per_block) {
