@@ -271,11 +271,11 @@ int main(int argc, char** argv) {
       // The Q4_K / Q5_K tile decode kernel with 1, 2 or 4 m-tile groups a CUDA block (x quantized
       // before; imma_decode_quantized): the groups of a block share their activation reads.
       const bool decode_groups = (t == GgmlType::Q4_K || q5k) && tiles_dev != nullptr;
-      auto decode_shape = [&](const char* name, int groups) {
-        return Kernel{name, decode_groups, 1, df::cuda::kImmaGemmMinRows,
+      auto decode_shape = [&](const char* name, int groups, int blocks_per_sm = 0) {
+        return Kernel{name, decode_groups, blocks_per_sm == 0 ? 1 : 9, blocks_per_sm == 0 ? df::cuda::kImmaGemmMinRows : 16,
                       [&](int rows) { df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s); },
-                      [&, groups](const Weight& w, int rows) {
-                        df::cuda::imma_decode_quantized(tiles_of(w), y, rows, scratch, s, groups);
+                      [&, groups, blocks_per_sm](const Weight& w, int rows) {
+                        df::cuda::imma_decode_quantized(tiles_of(w), y, rows, scratch, s, {groups, blocks_per_sm});
                       }};
       };
       const Kernel kernels[] = {
@@ -302,6 +302,8 @@ int main(int argc, char** argv) {
           decode_shape("imma decode alone, tiles, 1 group a block (x quantized before)", 1),
           decode_shape("imma decode alone, tiles, 2 groups a block (x quantized before)", 2),
           decode_shape("imma decode alone, tiles, 4 groups a block (x quantized before)", 4),
+          decode_shape("imma decode alone, tiles, 1 group a block, 3 blocks an SM (x quantized before)", 1, 3),
+          decode_shape("imma decode alone, tiles, 2 groups a block, 3 blocks an SM (x quantized before)", 2, 3),
           probe("probe: reads only, GGUF rows, 1 super-block in flight", false, 1),
           probe("probe: reads only, GGUF rows, 3 in flight", false, 3),
           probe("probe: reads only, tile-contiguous, 1 in flight", true, 1),
@@ -344,17 +346,19 @@ int main(int argc, char** argv) {
           const size_t n = size_t(rows) * size_t(sh.n_out);
           std::vector<float> a(n), b(n);
           df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s);
-          for (int groups : {1, 2, 4}) {
+          for (int shape : {1, 2, 4, 13, 23}) {  // groups, or 10 x 3 blocks an SM + groups
+            const int groups = shape % 10, blocks_per_sm = shape / 10 * 3;
             check(cudaMemsetAsync(y, 0xFF, n * sizeof(float), s), "poison");
-            df::cuda::imma_decode_quantized(tiles_of(w0), y, rows, scratch, s, groups);
-            check(cudaMemcpyAsync((groups == 1 ? a : b).data(), y, n * sizeof(float), cudaMemcpyDeviceToHost, s),
+            df::cuda::imma_decode_quantized(tiles_of(w0), y, rows, scratch, s, {groups, blocks_per_sm});
+            check(cudaMemcpyAsync((shape == 1 ? a : b).data(), y, n * sizeof(float), cudaMemcpyDeviceToHost, s),
                   "download");
             check(cudaStreamSynchronize(s), "decode shape check");
-            if (groups > 1 && std::memcmp(a.data(), b.data(), n * sizeof(float)) != 0)
-              verdict = "DIFFER at " + std::to_string(rows) + " rows, " + std::to_string(groups) + " groups";
+            if (shape > 1 && std::memcmp(a.data(), b.data(), n * sizeof(float)) != 0)
+              verdict = "DIFFER at " + std::to_string(rows) + " rows, " + std::to_string(groups) + " groups, " +
+                        std::to_string(blocks_per_sm) + " blocks an SM";
           }
         }
-        std::printf("| %s | %s | %lld x %lld | 1-32 | decode kernel, 2 and 4 groups a block vs 1, same bits: %s | | | | | | |\n",
+        std::printf("| %s | %s | %lld x %lld | 1-32 | decode kernel, 2 and 4 groups a block, 3 blocks an SM vs 1 group, same bits: %s | | | | | | |\n",
                     df::type_name(t), sh.what, static_cast<long long>(sh.n_in), static_cast<long long>(sh.n_out),
                     verdict.c_str());
       }

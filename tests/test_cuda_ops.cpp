@@ -3057,8 +3057,8 @@ TEST_F(CudaOps, ImmaGemmShapesGiveTheSameBits) {
 }
 
 // The Q4_K / Q5_K tile decode kernel computes 1, 2 or 4 m-tile groups (16 outputs each) a CUDA
-// block (imma_decode_quantized; the kernels share the activation reads of a block's groups):
-// every choice gives the bits of one group a block, at each width (1 row: the one-row variant;
+// block (imma_decode_quantized; the kernels share the activation reads of a block's groups), and
+// at 9-16 rows optionally with three blocks an SM: every shape gives the bits of one group a block, at each width (1 row: the one-row variant;
 // 2-8; 9-16; 17-32), with slots of one to three super-blocks (n_in 256 .. 17408), tail groups
 // (17, 37, 129, 300 outputs: 2, 3, 9, 19 groups, so a block's last groups may be idle), outputs
 // poisoned before each run.
@@ -3084,11 +3084,14 @@ TEST_F(CudaOps, ImmaDecodeGroupsGiveTheSameBits) {
         gpu().synchronize();
         cuda::imma_quantize(static_cast<const float*>(xd), c.n_in, rows, scratch, nullptr);
         std::vector<std::vector<float>> ys;
-        for (int groups : {1, 2, 4}) {
+        for (const cuda::ImmaDecodeShape shape : {cuda::ImmaDecodeShape{1, 0}, cuda::ImmaDecodeShape{2, 0},
+                                                  cuda::ImmaDecodeShape{4, 0}, cuda::ImmaDecodeShape{1, 3},
+                                                  cuda::ImmaDecodeShape{2, 3}}) {
           gpu().upload(yd, poison.data(), y_bytes);
           gpu().synchronize();
-          cuda::imma_decode_quantized(w, static_cast<float*>(yd), rows, scratch, nullptr, groups);
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "groups " << groups;
+          cuda::imma_decode_quantized(w, static_cast<float*>(yd), rows, scratch, nullptr, shape);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess)
+              << "groups " << shape.groups_per_block << ", blocks an SM " << shape.blocks_per_sm;
           ys.emplace_back(y_bytes / sizeof(float));
           gpu().download(ys.back().data(), yd, y_bytes);
         }
@@ -3097,7 +3100,7 @@ TEST_F(CudaOps, ImmaDecodeGroupsGiveTheSameBits) {
         EXPECT_TRUE(std::none_of(ys[0].begin(), ys[0].end(), [](float v) { return std::isnan(v); }))
             << "unwritten outputs, " << where;
         for (size_t k = 1; k < ys.size(); ++k)
-          EXPECT_EQ(0, std::memcmp(ys[0].data(), ys[k].data(), y_bytes)) << (k == 1 ? 2 : 4) << " groups, " << where;
+          EXPECT_EQ(0, std::memcmp(ys[0].data(), ys[k].data(), y_bytes)) << "shape " << k << ", " << where;
         gpu().release(yd);
         gpu().release(scratch);
         gpu().release(xd);

@@ -73,8 +73,10 @@ constexpr int blocks_per_sm(int nt) { return nt == 1 ? 3 : 2; }
 // once per kG groups instead of once per group (at 16 rows they are 16 x n_in bytes a group:
 // as many bytes as the weights' elements, more than the weights themselves). Each output's
 // slots and their order are those of kG = 1: the same bits.
-template <int MT, int NT, int kMaxWarps, bool kOneRow, bool kTiles = false, bool kQ5k = false, int kG = 1>
-__global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
+// kMinBlocks: the blocks an SM must hold (the register budget; blocks_per_sm by default).
+template <int MT, int NT, int kMaxWarps, bool kOneRow, bool kTiles = false, bool kQ5k = false, int kG = 1,
+          int kMinBlocks = blocks_per_sm(NT)>
+__global__ void __launch_bounds__(kMaxWarps* kWarp, kMinBlocks)
     imma_q4k_kernel(const Segments segs, int n_sb, Slots slots, const int8_t* __restrict__ xq,
                     const float* __restrict__ xd, const uint2* __restrict__ xm, int n_in, int rows_pad, int rows) {
   static_assert(!kQ5k || kTiles, "Q5_K is read as tiles only");
@@ -336,7 +338,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, blocks_per_sm(NT))
 // Eight warps a block, each taking slots w, w + 8, ...: on the H200 this streamed the decode
 // product faster (1.33 TB/s) than a warp per slot (1.20 TB/s, all blocks in one wave waiting on
 // memory together, then computing together).
-template <int NT, bool kOneRow = false, bool kTiles = false, bool kQ5k = false, int kG = 1>
+template <int NT, bool kOneRow = false, bool kTiles = false, bool kQ5k = false, int kG = 1,
+          int kMinBlocks = blocks_per_sm(NT)>
 void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
                  int rows_pad, cudaStream_t s) {
   constexpr int MT = 1;
@@ -348,7 +351,7 @@ void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const flo
   const size_t smem = size_t(kG) * size_t(slots.count) * MT * NT * 4 * kWarp * sizeof(float);
   // Up to kG x 64 KiB of dynamic shared memory (kMaxSlots x 16 x 32 floats a group); a refusal
   // shows as the launch error, which the caller checks.
-  constexpr auto kernel = imma_q4k_kernel<MT, NT, kMaxWarps, kOneRow, kTiles, kQ5k, kG>;
+  constexpr auto kernel = imma_q4k_kernel<MT, NT, kMaxWarps, kOneRow, kTiles, kQ5k, kG, kMinBlocks>;
   (void)raise_smem_limit<kernel>(kG * kMaxSlots * MT * NT * 4 * kWarp * int(sizeof(float)));
   const unsigned groups = ceil_div(rows, kRowsPerGroup);
   launch(kernel, dim3(groups, ceil_div(unsigned(segs.first_block[segs.n]), unsigned(kG))), warps * kWarp, smem, s,
@@ -373,18 +376,24 @@ size_t imma_scratch_bytes(const Weight& w, int rows) {
 size_t q8k_fused_bytes(int64_t n_in, int rows) { return 2 * q8k_fused_q6k_offset(n_in, (rows + 7) / 8 * 8); }
 
 namespace {
-// The decode kernel for rows <= kImmaGemmMinRows, with kG m-tile groups a block (kG = 0: the
-// routed choice, decode_groups_per_block).
+// The decode kernel for rows <= kImmaGemmMinRows in the given shape (ImmaDecodeShape; zeros: the
+// routed choice, decode_groups_per_block and blocks_per_sm).
 // Measured on an H100 (docs/performance.md, session 14): 2 groups made the 16-row forward of the
 // 27B-shaped mix-q4_k_m 3% faster and the 2-8-row ones ~2% slower, 32 rows the same.
 int decode_groups_per_block(int rows) { return rows > 8 && rows <= 16 ? 2 : 1; }
 
 void imma_decode(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
-                 int rows_pad, cudaStream_t s, int groups_per_block) {
-  if (groups_per_block == 0) groups_per_block = decode_groups_per_block(rows);
+                 int rows_pad, cudaStream_t s, ImmaDecodeShape shape) {
+  const int groups_per_block = shape.groups_per_block != 0 ? shape.groups_per_block : decode_groups_per_block(rows);
+  // 9-16 rows (two n-tiles) with three blocks an SM: 80 registers, as one n-tile (a variant for
+  // bench/matmul_kernels, not routed: ptxas spills 20-28 bytes).
+  const bool three_blocks = shape.blocks_per_sm == 3 && rows > 8 && rows <= 16;
   auto decode = [&](auto tiles, auto q5k, auto g) {
     constexpr bool kTiles = decltype(tiles)::value, kQ5k = decltype(q5k)::value;
     constexpr int kG = decltype(g)::value;
+    if constexpr (kTiles) {
+      if (three_blocks) return imma_launch<2, false, kTiles, kQ5k, kG, 3>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
+    }
     if (rows == 1) imma_launch<1, true, kTiles, kQ5k, kG>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
     else if (rows <= 8) imma_launch<1, false, kTiles, kQ5k, kG>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
     else if (rows <= 16) imma_launch<2, false, kTiles, kQ5k, kG>(segs, n_in, xq, xd, xm, rows, rows_pad, s);
@@ -407,7 +416,7 @@ void imma_decode(const Segments& segs, int64_t n_in, const int8_t* xq, const flo
 }  // namespace
 
 void imma_decode_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s,
-                           int groups_per_block) {
+                           ImmaDecodeShape shape) {
   const int rows_pad = (rows + 7) / 8 * 8;
   const Q8kLayout l = q8k_layout(w.n_in, rows_pad);
   auto* base = static_cast<const uint8_t*>(scratch);
@@ -415,7 +424,7 @@ void imma_decode_quantized(const Weight& w, float* y, int rows, const void* scra
   float* ys[1] = {y};
   for_each_launch(ws, ys, 1, [&](const Segments& segs) {
     imma_decode(segs, w.n_in, reinterpret_cast<const int8_t*>(base + l.q), reinterpret_cast<const float*>(base + l.d),
-                reinterpret_cast<const uint2*>(base + l.m), rows, rows_pad, s, groups_per_block);
+                reinterpret_cast<const uint2*>(base + l.m), rows, rows_pad, s, shape);
   });
 }
 
@@ -440,7 +449,7 @@ void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const f
            xm);
   for_each_launch(ws, ys, n, [&](const Segments& segs) {
     if (takes_gemm(segs, rows)) return imma_gemm(segs, n_in, xq, xd, xm, rows, rows_pad, s);
-    imma_decode(segs, n_in, xq, xd, xm, rows, rows_pad, s, 0);
+    imma_decode(segs, n_in, xq, xd, xm, rows, rows_pad, s, ImmaDecodeShape{});
   });
 }
 

@@ -136,11 +136,16 @@ size_t imma_q80_scales_offset(int64_t n_in, int rows);
 // A tiled Q8_0 w takes imma_q80_gemm.cu, with x quantized by imma_quantize_q80; a Q6_K w (rows
 // or tiles) imma_q6k_gemm.cu, with x quantized by imma_quantize_q6k, in its own block shape.
 // imma_matmul.cu -- the Q4_K / Q5_K tile decode kernel (rows <= kImmaGemmMinRows) on x quantized
-// before (imma_quantize), with groups_per_block m-tile groups of 16 outputs a CUDA block (1, 2
-// or 4, where 4 means 2 above 16 rows; 0: the routed choice), so that bench/matmul_kernels can
-// compare them: every choice gives the same bits.
+// before (imma_quantize) in a given block shape, so that bench/matmul_kernels can compare them
+// (every shape gives the same bits): groups_per_block m-tile groups of 16 outputs a CUDA block
+// (1, 2 or 4, where 4 means 2 above 16 rows), blocks_per_sm 3 for 9-16 rows (registers capped
+// as for one n-tile; else 2 there); zeros: the routed choice.
+struct ImmaDecodeShape {
+  int groups_per_block = 0;
+  int blocks_per_sm = 0;
+};
 void imma_decode_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s,
-                           int groups_per_block);
+                           ImmaDecodeShape shape);
 enum class ImmaGemmShape { kAuto, k128x64Warps4, k128x128Warps8, k128x128Warps16 };
 void imma_gemm_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s,
                          ImmaGemmShape shape = ImmaGemmShape::kAuto);
