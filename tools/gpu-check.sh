@@ -4,6 +4,7 @@
 # 27B-shaped models, and print a short table.
 #
 #   tools/gpu-check.sh [--memcheck] [--no-cpu-tests] [--bench] [--models LIST] [--spec] [--spec27] [--ncu]
+#                      [--long] [--llama] [--prefill-ab] [--layout-ab] [--filter F]
 #                      [--serve] [--kernels] [--budget S] [LOG_DIR]
 #                                     run from the repo root on the GPU machine; full logs and
 #                                     the gtest XML go to LOG_DIR (default build-gpu-check).
@@ -40,6 +41,8 @@
 #                                     --long: with --bench, also prompt tok/s at 4096 and 16384
 #                                     tokens, and decode after 1024 and 32768 tokens of context
 #                                     (appended to bench_<type>.txt)
+#                                     --layout-ab: with --bench, also each model's bench with
+#                                     --weight-layout gguf (the file's rows instead of tiles)
 #                                     --prefill-ab: with --bench, also prompts of 128, 256 and 512
 #                                     tokens (one chunk each) with --prefill-matmul int8 and f16,
 #                                     for the prompt products' row threshold (appended to
@@ -90,6 +93,7 @@ SERVE=0
 KERNELS=0
 LLAMA=0
 LONG=0
+LAYOUT_AB=0
 PREFILL_AB=0
 MODELS=mix-q4_k_m,q8_0
 FILTER='*'
@@ -108,6 +112,7 @@ while [ $# -gt 0 ]; do
     --kernels) KERNELS=1 ;;
     --llama) LLAMA=1 ;;
     --long) LONG=1 ;;
+    --layout-ab) LAYOUT_AB=1 ;;
     --prefill-ab) PREFILL_AB=1 ;;
     --models) MODELS=$2; shift ;;
     --shape) SHAPE=$2; shift ;;
@@ -251,10 +256,12 @@ fi
 cuda_rc=0
 test_limit=420
 n_models=$(echo "${MODELS//,/ }" | wc -w)
-# A model's bench with its --weight-layout gguf rerun ~90 s, --ncu ~90 s a model, --llama ~60 s a
-# model (its build overlaps the run), --spec ~60 s, --kernels ~80 s (H200, session 9);
-# --prefill-ab ~90 s a model (an estimate: six model loads).
-bench_reserve=$(( 20 + 90 * n_models + (NCU == 1 ? 90 * n_models : 0) + (LLAMA == 1 ? 60 * n_models : 0) +
+# A model's bench ~60 s (~90 s with its --layout-ab rerun), --long ~120 s a model, --ncu ~90 s a
+# model, --llama ~45 s a model (~90 s with --long; its build overlaps the run), --spec ~60 s,
+# --kernels ~80 s (H200, session 9; H100, session 14); --prefill-ab ~90 s a model (an estimate:
+# six model loads).
+bench_reserve=$(( 20 + (LAYOUT_AB == 1 ? 90 : 60) * n_models + (LONG == 1 ? 120 * n_models : 0) +
+  (NCU == 1 ? 90 * n_models : 0) + (LLAMA == 1 ? (LONG == 1 ? 90 : 45) * n_models : 0) +
   (SPEC == 1 ? 60 : 0) + (KERNELS == 1 ? 80 : 0) + (PREFILL_AB == 1 ? 90 * n_models : 0) ))
 [ "$BENCH" = 1 ] && test_limit=$(( $(left) - bench_reserve ))
 [ "$test_limit" -lt 60 ] && test_limit=60
@@ -290,45 +297,49 @@ if [ "$BENCH" = 1 ]; then
   wait "$make_pid" || true
   echo "gpu-check: models made ($(elapsed)): $(find "$MODEL_DIR" -name '*.gguf' | wc -l) file(s)"
   bench_rc=0
+  # With --llama, our benches leave llama-bench its share of the budget (it runs last): ~45 s a
+  # model, ~90 s with --long (its 16384-token prompt and the decode after 32768 tokens).
+  llama_reserve=$(( LLAMA == 1 ? (LONG == 1 ? 90 : 45) * n_models : 0 ))
+  ours_left() { echo $(( $(left) - llama_reserve )); }
   for t in ${MODELS//,/ }; do
     f="$MODEL_DIR/m27-$t.gguf"
     if [ ! -s "$f" ]; then echo "gpu-check: no model $f" | tee -a "$LOG/bench_$t.txt"; bench_rc=1; continue; fi
-    lim=$(( $(left) - 10 ))
+    lim=$(( $(ours_left) - 10 ))
     if [ "$lim" -lt 30 ]; then echo "gpu-check: no time left for the $t bench" | tee -a "$LOG/bench_$t.txt"; bench_rc=1; continue; fi
     rc=0
     timeout "$lim" "$BUILD/deltaflash" bench -m "$f" -p 512 -n 32 -r 2 --device cuda --profile \
       --json-out "$LOG/bench_$t.json" >"$LOG/bench_$t.txt" 2>&1 || rc=$?
     echo "gpu-check: bench $t rc=$rc ($(elapsed))"
     [ "$rc" -ne 0 ] && bench_rc=$rc
-    if [ "$(left)" -gt 120 ]; then  # the same decode with Q4_K in the file's row layout (A/B of --weight-layout)
+    if [ "$LAYOUT_AB" = 1 ] && [ "$(ours_left)" -gt 120 ]; then  # the same bench on the file's row layout
       echo "### --weight-layout gguf" >>"$LOG/bench_$t.txt"
-      timeout $(( $(left) - 60 )) "$BUILD/deltaflash" bench -m "$f" -p 512 -n 32 -r 2 --device cuda --weight-layout gguf \
+      timeout $(( $(ours_left) - 60 )) "$BUILD/deltaflash" bench -m "$f" -p 512 -n 32 -r 2 --device cuda --weight-layout gguf \
         >>"$LOG/bench_$t.txt" 2>&1 || echo "gpu-check: bench $t --weight-layout gguf rc=$?"
       echo "gpu-check: bench $t, GGUF row layout ($(elapsed))"
     fi
-    if [ "$NCU" = 1 ] && command -v ncu >/dev/null && [ "$(left)" -gt 90 ]; then
+    if [ "$NCU" = 1 ] && command -v ncu >/dev/null && [ "$(ours_left)" -gt 90 ]; then
       # Launch 200 on lands inside the first 1-row forward (decode-shaped launches).
-      timeout $(( $(left) - 60 )) ncu --clock-control none --kernel-name regex:mma --launch-skip 200 \
+      timeout $(( $(ours_left) - 60 )) ncu --clock-control none --kernel-name regex:mma --launch-skip 200 \
         --launch-count 6 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
         --section MemoryWorkloadAnalysis "$BUILD/deltaflash" bench -m "$f" -p 1 -n 2 -r 1 --device cuda \
         >"$LOG/ncu_$t.txt" 2>&1 || echo "gpu-check: ncu rc=$?"
       # Every kernel of a decode forward timed alone (tools/ncu-step.sh): where a step's time goes.
-      [ "$(left)" -gt 60 ] && timeout $(( $(left) - 40 )) tools/ncu-step.sh "$f" "$LOG/ncu_step_$t" >/dev/null 2>&1 ||
+      [ "$(ours_left)" -gt 60 ] && timeout $(( $(ours_left) - 40 )) tools/ncu-step.sh "$f" "$LOG/ncu_step_$t" >/dev/null 2>&1 ||
         echo "gpu-check: ncu-step rc=$?"
       echo "gpu-check: ncu $t ($(elapsed))"
     fi
     if [ "$LONG" = 1 ]; then
       for p in 4096 16384; do
-        [ "$(left)" -gt 60 ] || { echo "gpu-check: no time left for pp$p" | tee -a "$LOG/bench_$t.txt"; break; }
+        [ "$(ours_left)" -gt 60 ] || { echo "gpu-check: no time left for pp$p" | tee -a "$LOG/bench_$t.txt"; break; }
         echo "### long prompt: $p tokens" >>"$LOG/bench_$t.txt"
-        timeout $(( $(left) - 30 )) "$BUILD/deltaflash" bench -m "$f" -p "$p" -n 1 -r 1 --device cuda \
+        timeout $(( $(ours_left) - 30 )) "$BUILD/deltaflash" bench -m "$f" -p "$p" -n 1 -r 1 --device cuda \
           >>"$LOG/bench_$t.txt" 2>&1 || echo "gpu-check: pp$p rc=$?"
         echo "gpu-check: pp$p $t ($(elapsed))"
       done
       for d in 1024 32768; do  # decode after a long context (its prefill untimed)
-        [ "$(left)" -gt 90 ] || { echo "gpu-check: no time left for tg at depth $d" | tee -a "$LOG/bench_$t.txt"; break; }
+        [ "$(ours_left)" -gt 90 ] || { echo "gpu-check: no time left for tg at depth $d" | tee -a "$LOG/bench_$t.txt"; break; }
         echo "### decode at depth $d" >>"$LOG/bench_$t.txt"
-        timeout $(( $(left) - 30 )) "$BUILD/deltaflash" bench -m "$f" -p 16 -n 32 -d "$d" -b 4096 -r 1 --device cuda \
+        timeout $(( $(ours_left) - 30 )) "$BUILD/deltaflash" bench -m "$f" -p 16 -n 32 -d "$d" -b 4096 -r 1 --device cuda \
           >>"$LOG/bench_$t.txt" 2>&1 || echo "gpu-check: tg at depth $d rc=$?"
         echo "gpu-check: tg32 at depth $d, $t ($(elapsed))"
       done
