@@ -335,9 +335,10 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, kMinBlocks)
   }
 }
 
-// Eight warps a block, each taking slots w, w + 8, ...: on the H200 this streamed the decode
-// product faster (1.33 TB/s) than a warp per slot (1.20 TB/s, all blocks in one wave waiting on
-// memory together, then computing together).
+// Eight warps a block, each taking slots w, w + 8, ... (with kG groups: w / kG, w / kG + 8 / kG,
+// ... of group w % kG): on the H200 this streamed the decode product faster (1.33 TB/s) than a
+// warp per slot (1.20 TB/s, all blocks in one wave waiting on memory together, then computing
+// together).
 template <int NT, bool kOneRow = false, bool kTiles = false, bool kQ5k = false, int kG = 1,
           int kMinBlocks = blocks_per_sm(NT)>
 void imma_launch(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, const uint2* xm, int rows,
