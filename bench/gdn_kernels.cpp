@@ -1,6 +1,7 @@
 // The chunked delta rule (deltanet_chunked.cu: prepare + state per piece) timed alone at the
 // 27B shape, one layer (n_k 16, n_v 48, d_k = d_v = 128), for a 512-row prefill chunk and a
-// 4096-row one: the median of --reps calls, each between its own two events (launch latency
+// 4096-row one, and the recurrent one (deltanet.cu) for 1-32 rows (decode and verify widths;
+// with keep_state, as a verify's rows, and without, as decode and commit): the median of --reps calls, each between its own two events (launch latency
 // included), and the same calls back to back in a stream. Inputs as a forward gives them: q and
 // k L2-normalised per head (q scaled by 1/sqrt(d_k)), decays e^g with g in [-1.5, 0], beta in
 // [0.05, 0.95]. Correctness lives in test_cuda_ops (CudaOps.GdnDeltaRuleChunkedKernels); this
@@ -54,7 +55,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gdn_kernels: the chunked kernels do not take the 27B shape\n");
     return 1;
   }
-  std::printf("chunked delta rule alone, one layer, n_k %d n_v %d d_k %d d_v %d; us: median of %d calls, each\n"
+  std::printf("delta rule alone, one layer, n_k %d n_v %d d_k %d d_v %d; us: median of %d calls, each\n"
               "between its own two events; in a stream: %d calls back to back, divided by %d\n\n",
               sh.n_k, sh.n_v, sh.d_k, sh.d_v, reps, reps, reps);
   std::printf("| rows | us alone (median) | us in a stream | outputs finite |\n|---|---|---|---|\n");
@@ -63,8 +64,9 @@ int main(int argc, char** argv) {
   std::uniform_real_distribution<float> gate(-1.5f, 0.0f), bet(0.05f, 0.95f);
   cudaStream_t s;
   check(cudaStreamCreate(&s), "stream");
-  for (int rows : {512, 4096}) {
+  for (int rows : {1, 2, 4, 8, 16, 32, 512, 4096}) {
     if (only_rows != 0 && rows != only_rows) continue;
+    const bool recurrent = rows <= 32;
     const size_t cd = size_t(sh.conv_dim());
     std::vector<float> qkv(size_t(rows) * cd), g(size_t(rows) * sh.n_v), beta(g.size()), S0(sh.state_floats());
     for (float& x : qkv) x = normal(rng);
@@ -86,9 +88,14 @@ int main(int argc, char** argv) {
     check(cudaMalloc(reinterpret_cast<void**>(&out_d), n_out * sizeof(float)), "cudaMalloc (out)");
     check(cudaMalloc(reinterpret_cast<void**>(&scratch), df::cuda::gdn_chunked_scratch_bytes(sh, rows)),
           "cudaMalloc (scratch)");
-    auto run = [&] {  // S carries over from call to call, as consecutive prompt chunks do
-      df::cuda::gdn_delta_rule_chunked(sh, qkv_d, cd, g_d, beta_d, rows, S_d, out_d, scratch, s);
+    bool keep_state = false;
+    auto run = [&] {  // S carries over from call to call, as consecutive prompt chunks and steps do
+      if (recurrent) df::cuda::gdn_delta_rule(sh, qkv_d, cd, g_d, beta_d, rows, S_d, out_d, keep_state, nullptr, s);
+      else df::cuda::gdn_delta_rule_chunked(sh, qkv_d, cd, g_d, beta_d, rows, S_d, out_d, scratch, s);
     };
+    for (const bool keep : {false, true}) {
+    if (keep && !recurrent) break;
+    keep_state = keep;
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
@@ -113,11 +120,13 @@ int main(int argc, char** argv) {
     check(cudaMemcpy(out.data(), out_d, n_out * sizeof(float), cudaMemcpyDeviceToHost), "download");
     const bool finite = std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); });
     std::sort(us.begin(), us.end());
-    std::printf("| %d | %.1f | %.1f | %s |\n", rows, us[us.size() / 2], 1e3 * double(stream_ms) / reps,
-                finite ? "yes" : "NO");
+    std::printf("| %d%s | %.1f | %.1f | %s |\n", rows,
+                !recurrent ? " (chunked)" : keep_state ? " (recurrent, keep_state)" : " (recurrent)",
+                us[us.size() / 2], 1e3 * double(stream_ms) / reps, finite ? "yes" : "NO");
     std::fflush(stdout);
     cudaEventDestroy(a);
     cudaEventDestroy(b);
+    }  // keep_state
     for (float* p : {qkv_d, g_d, beta_d, S_d, out_d, scratch}) cudaFree(p);
   }
   cudaStreamDestroy(s);
