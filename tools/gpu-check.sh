@@ -4,7 +4,7 @@
 # 27B-shaped models, and print a short table.
 #
 #   tools/gpu-check.sh [--memcheck] [--no-cpu-tests] [--bench] [--models LIST] [--spec] [--spec27] [--ncu]
-#                      [--long] [--llama] [--prefill-ab] [--layout-ab] [--filter F]
+#                      [--long] [--llama] [--prefill-ab] [--layout-ab] [--ab PATCH] [--filter F]
 #                      [--serve] [--kernels] [--budget S] [LOG_DIR]
 #                                     run from the repo root on the GPU machine; full logs and
 #                                     the gtest XML go to LOG_DIR (default build-gpu-check).
@@ -41,6 +41,13 @@
 #                                     --long: with --bench, also prompt tok/s at 4096 and 16384
 #                                     tokens, and decode after 1024 and 32768 tokens of context
 #                                     (appended to bench_<type>.txt)
+#                                     --ab PATCH: also build the tree with PATCH applied (a
+#                                     `git diff` carried as an untracked file; applied to a copy
+#                                     under /tmp/deltaflash-ab), run its CUDA tests (--filter)
+#                                     and, with --bench, each model's bench (decode, prefill 512,
+#                                     the rows curve) beside ours: bench_<type>.txt "### B" and
+#                                     the summary; with --kernels, its matmul_kernels and
+#                                     gdn_kernels as kernels_b.txt
 #                                     --layout-ab: with --bench, also each model's bench with
 #                                     --weight-layout gguf (the file's rows instead of tiles)
 #                                     --prefill-ab: with --bench, also prompts of 128, 256 and 512
@@ -48,7 +55,8 @@
 #                                     for the prompt products' row threshold (appended to
 #                                     bench_<type>.txt)
 #                                     --kernels: every CUDA matmul kernel alone on 27B-shaped
-#                                     weights, 1-32 rows (bench/matmul_kernels.cpp; kernels.txt)
+#                                     weights, 1-32 rows (bench/matmul_kernels.cpp), and the
+#                                     delta-rule kernels (bench/gdn_kernels.cpp; kernels.txt)
 #                                     --llama: with --bench, also build llama.cpp's llama-bench for
 #                                     sm_90 from third_party/llama-src.tar.xz (carry it: made by
 #                                     bench/pack-llama-source.sh; built in the background during
@@ -94,6 +102,7 @@ KERNELS=0
 LLAMA=0
 LONG=0
 LAYOUT_AB=0
+AB_PATCH=""
 PREFILL_AB=0
 MODELS=mix-q4_k_m,q8_0
 FILTER='*'
@@ -113,6 +122,7 @@ while [ $# -gt 0 ]; do
     --llama) LLAMA=1 ;;
     --long) LONG=1 ;;
     --layout-ab) LAYOUT_AB=1 ;;
+    --ab) AB_PATCH=$2; shift ;;
     --prefill-ab) PREFILL_AB=1 ;;
     --models) MODELS=$2; shift ;;
     --shape) SHAPE=$2; shift ;;
@@ -204,7 +214,8 @@ build_rc=0
   cmake --version | head -1; (nvcc --version || /usr/local/cuda/bin/nvcc --version) | tail -2; c++ --version | head -1
   cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DDELTAFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
     "${CMAKE_DEPS[@]}" &&
-    cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops test_demo_drafter deltaflash $([ "$KERNELS" = 1 ] && echo matmul_kernels)
+    cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops test_demo_drafter deltaflash \
+      $([ "$KERNELS" = 1 ] && echo matmul_kernels gdn_kernels)
 } >"$LOG/build.log" 2>&1 || build_rc=$?
 echo "gpu-check: build of test_cuda_ops rc=$build_rc ($(elapsed))"
 if [ "$build_rc" -ne 0 ]; then
@@ -212,6 +223,37 @@ if [ "$build_rc" -ne 0 ]; then
   tail -30 "$LOG/build.log"
   exit 1
 fi
+
+# --- --ab PATCH: the tree with PATCH applied, built beside ours in the background ---
+AB_SRC=/tmp/deltaflash-ab
+B_BUILD=$AB_SRC/build-cuda
+ab_pid=""
+if [ -n "$AB_PATCH" ]; then
+  AB_PATCH=$(cd "$(dirname "$AB_PATCH")" && pwd)/$(basename "$AB_PATCH")
+  (
+    rm -rf "$AB_SRC" && mkdir -p "$AB_SRC" &&
+      tar --exclude=./build-cuda --exclude=./build --exclude=./build-gpu-check --exclude=./third_party/llama-src.tar.xz \
+        --exclude=./third_party/llama.cpp-src --exclude=./node_modules \
+        -cf - . | tar -xf - -C "$AB_SRC" &&
+      cd "$AB_SRC" && { git apply -p1 "$AB_PATCH" 2>/dev/null || patch -p1 <"$AB_PATCH"; } &&
+      cmake -S . -B "$B_BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DDELTAFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+        "${CMAKE_DEPS[@]}" &&
+      nice cmake --build "$B_BUILD" -j"$JOBS" --target test_cuda_ops deltaflash \
+        $([ "$KERNELS" = 1 ] && echo matmul_kernels gdn_kernels)
+  ) >"$LOG/build_b.log" 2>&1 &
+  ab_pid=$!
+fi
+# Waits for the B build; true when it built.
+ab_built() {
+  [ -n "$ab_pid" ] || return 1
+  if [ "$ab_pid" != done ]; then
+    wait "$ab_pid" && ab_rc=0 || ab_rc=$?
+    ab_pid=done
+    echo "gpu-check: B build ($AB_PATCH) rc=$ab_rc ($(elapsed))"
+  fi
+  [ "$ab_rc" = 0 ]
+}
+ab_rc=skipped
 
 GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1 || true)
 
@@ -262,8 +304,10 @@ n_models=$(echo "${MODELS//,/ }" | wc -w)
 # six model loads).
 bench_reserve=$(( 20 + (LAYOUT_AB == 1 ? 90 : 60) * n_models + (LONG == 1 ? 120 * n_models : 0) +
   (NCU == 1 ? 90 * n_models : 0) + (LLAMA == 1 ? (LONG == 1 ? 90 : 45) * n_models : 0) +
-  (SPEC == 1 ? 60 : 0) + (KERNELS == 1 ? 80 : 0) + (PREFILL_AB == 1 ? 90 * n_models : 0) ))
+  (SPEC == 1 ? 60 : 0) + (KERNELS == 1 ? 80 : 0) + (PREFILL_AB == 1 ? 90 * n_models : 0) +
+  (${#AB_PATCH} > 0 ? 45 * n_models + (KERNELS == 1 ? 80 : 0) : 0) ))
 [ "$BENCH" = 1 ] && test_limit=$(( $(left) - bench_reserve ))
+[ -n "$AB_PATCH" ] && test_limit=$(( test_limit / 2 ))  # (the other half for B's tests)
 [ "$test_limit" -lt 60 ] && test_limit=60
 timeout "$test_limit" "$BUILD/tests/test_cuda_ops" --gtest_filter="$FILTER" --gtest_output="xml:$LOG/test_cuda_ops.xml" \
   >"$LOG/test_cuda_ops.log" 2>&1 || cuda_rc=$?
@@ -271,6 +315,15 @@ timeout "$test_limit" "$BUILD/tests/test_cuda_ops" --gtest_filter="$FILTER" --gt
 # procedure, on CUDA as on the CPU (appended to the same log).
 timeout 120 "$BUILD/tests/test_demo_drafter" --gtest_filter="*/cuda" >>"$LOG/test_cuda_ops.log" 2>&1 || cuda_rc=$?
 echo "gpu-check: CUDA tests rc=$cuda_rc ($(elapsed), limit ${test_limit}s)"
+ab_test_rc=skipped
+if ab_built; then
+  ab_test_rc=0
+  timeout "$test_limit" "$B_BUILD/tests/test_cuda_ops" --gtest_filter="$FILTER" >"$LOG/test_cuda_ops_b.log" 2>&1 ||
+    ab_test_rc=$?
+  echo "gpu-check: B's CUDA tests rc=$ab_test_rc ($(elapsed))"
+elif [ -n "$AB_PATCH" ]; then
+  grep -E "error|rejected|FAILED|does not apply" "$LOG/build_b.log" | head -20 || tail -20 "$LOG/build_b.log"
+fi
 
 mem_rc=skipped
 
@@ -316,6 +369,12 @@ if [ "$BENCH" = 1 ]; then
       timeout $(( $(ours_left) - 60 )) "$BUILD/deltaflash" bench -m "$f" -p 512 -n 32 -r 2 --device cuda --weight-layout gguf \
         >>"$LOG/bench_$t.txt" 2>&1 || echo "gpu-check: bench $t --weight-layout gguf rc=$?"
       echo "gpu-check: bench $t, GGUF row layout ($(elapsed))"
+    fi
+    if [ "$ab_rc" = 0 ] && [ "$(ours_left)" -gt 60 ]; then  # the same bench on B's build (--ab)
+      echo "### B: $(basename "$AB_PATCH")" >>"$LOG/bench_$t.txt"
+      timeout $(( $(ours_left) - 30 )) "$B_BUILD/deltaflash" bench -m "$f" -p 512 -n 32 -r 2 --device cuda \
+        >>"$LOG/bench_$t.txt" 2>&1 || echo "gpu-check: B bench $t rc=$?"
+      echo "gpu-check: B bench $t ($(elapsed))"
     fi
     if [ "$NCU" = 1 ] && command -v ncu >/dev/null && [ "$(ours_left)" -gt 90 ]; then
       # Launch 200 on lands inside the first 1-row forward (decode-shaped launches).
@@ -409,6 +468,11 @@ fi
 if [ "$KERNELS" = 1 ]; then
   if [ "$(left)" -gt 40 ]; then
     timeout $(( $(left) - 20 )) "$BUILD/matmul_kernels" >"$LOG/kernels.txt" 2>&1 || echo "gpu-check: matmul_kernels rc=$?"
+    timeout 60 "$BUILD/gdn_kernels" >>"$LOG/kernels.txt" 2>&1 || echo "gpu-check: gdn_kernels rc=$?"
+    if [ "$ab_rc" = 0 ] && [ "$(left)" -gt 40 ]; then
+      timeout $(( $(left) - 20 )) "$B_BUILD/matmul_kernels" >"$LOG/kernels_b.txt" 2>&1 || echo "gpu-check: B matmul_kernels rc=$?"
+      timeout 60 "$B_BUILD/gdn_kernels" >>"$LOG/kernels_b.txt" 2>&1 || echo "gpu-check: B gdn_kernels rc=$?"
+    fi
   else
     echo "not run: $(left) s of the budget left" >"$LOG/kernels.txt"
   fi
@@ -512,6 +576,15 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
   printf '%-22s passed %s, failed %s, skipped %s (rc %s)\n' "CUDA tests" "$(count PASSED "$LOG/test_cuda_ops.log")" \
     "$(count FAILED "$LOG/test_cuda_ops.log")" "$(count SKIPPED "$LOG/test_cuda_ops.log")" "$cuda_rc"
   printf '%-22s %s\n' "memcheck (op tests)" "$mem_rc"
+  if [ -n "$AB_PATCH" ]; then
+    printf '%-22s build rc %s; passed %s, failed %s (rc %s)\n' "B: $(basename "$AB_PATCH")" "$ab_rc" \
+      "$(count PASSED "$LOG/test_cuda_ops_b.log" 2>/dev/null)" "$(count FAILED "$LOG/test_cuda_ops_b.log" 2>/dev/null)" "$ab_test_rc"
+    grep -E "^\[  FAILED  \] [A-Za-z]" "$LOG/test_cuda_ops_b.log" 2>/dev/null | sort -u | head -10 || true
+    for t in ${MODELS//,/ }; do
+      [ -f "$LOG/bench_$t.txt" ] || continue
+      echo "B bench $t:"; sed -n '/^### B/,$p' "$LOG/bench_$t.txt" | grep -E "\| (pp512|tg32) \||^\| (1|2|4|8|16|32) \|" || true
+    done
+  fi
   if [ "$CPU_TESTS" = 1 ]; then
     printf '%-22s rc %s\n' "build (all targets)" "$all_rc"
     printf '%-22s %s (rc %s)\n' "CPU unit tests" "$(grep -E 'tests passed' "$LOG/ctest_cpu.log" | tail -1)" "$cpu_rc"
@@ -549,7 +622,7 @@ count() {  # gtest prints no FAILED/SKIPPED line when there are none
 # speculation tables), pack the rest (JSON, graphs on/off runs, build logs) into other_logs.tgz.
 (
   cd "$LOG"
-  ls | grep -v -E '^(summary\.txt|test_cuda_ops\.log|bench_.*\.txt|spec_(27b|demo|heldout)\.txt|llama_[^b].*\.txt|serve\.txt|kernels\.txt)$' >/tmp/gpu-check-pack.txt || true
+  ls | grep -v -E '^(summary\.txt|test_cuda_ops\.log|bench_.*\.txt|spec_(27b|demo|heldout)\.txt|llama_[^b].*\.txt|serve\.txt|kernels(_b)?\.txt)$' >/tmp/gpu-check-pack.txt || true
   if [ -s /tmp/gpu-check-pack.txt ]; then tar czf other_logs.tgz -T /tmp/gpu-check-pack.txt && xargs rm -rf </tmp/gpu-check-pack.txt; fi
 )
 [ "$cuda_rc" -eq 0 ] && [ "$cpu_rc" -eq 0 ] && [ "$all_rc" -eq 0 ] && { [ "$mem_rc" = 0 ] || [ "$mem_rc" = skipped ]; } &&
