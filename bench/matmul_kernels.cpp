@@ -346,16 +346,17 @@ int main(int argc, char** argv) {
           const size_t n = size_t(rows) * size_t(sh.n_out);
           std::vector<float> a(n), b(n);
           df::cuda::imma_quantize(x, sh.n_in, rows, scratch, s);
-          for (int shape : {1, 2, 4, 13, 23}) {  // groups, or 10 x 3 blocks an SM + groups
-            const int groups = shape % 10, blocks_per_sm = shape / 10 * 3;
+          const df::cuda::ImmaDecodeShape shapes[] = {{1, 0}, {2, 0}, {4, 0}, {1, 3}, {2, 3}};  // {1, 0}: the reference
+          for (const df::cuda::ImmaDecodeShape& shape : shapes) {
+            const bool reference = &shape == &shapes[0];
             check(cudaMemsetAsync(y, 0xFF, n * sizeof(float), s), "poison");
-            df::cuda::imma_decode_quantized(tiles_of(w0), y, rows, scratch, s, {groups, blocks_per_sm});
-            check(cudaMemcpyAsync((shape == 1 ? a : b).data(), y, n * sizeof(float), cudaMemcpyDeviceToHost, s),
+            df::cuda::imma_decode_quantized(tiles_of(w0), y, rows, scratch, s, shape);
+            check(cudaMemcpyAsync((reference ? a : b).data(), y, n * sizeof(float), cudaMemcpyDeviceToHost, s),
                   "download");
             check(cudaStreamSynchronize(s), "decode shape check");
-            if (shape > 1 && std::memcmp(a.data(), b.data(), n * sizeof(float)) != 0)
-              verdict = "DIFFER at " + std::to_string(rows) + " rows, " + std::to_string(groups) + " groups, " +
-                        std::to_string(blocks_per_sm) + " blocks an SM";
+            if (!reference && std::memcmp(a.data(), b.data(), n * sizeof(float)) != 0)
+              verdict = "DIFFER at " + std::to_string(rows) + " rows, " + std::to_string(shape.groups_per_block) +
+                        " groups, " + std::to_string(shape.blocks_per_sm) + " blocks an SM";
           }
         }
         std::printf("| %s | %s | %lld x %lld | 1-32 | decode kernel, 2 and 4 groups a block, 3 blocks an SM vs 1 group, same bits: %s | | | | | | |\n",

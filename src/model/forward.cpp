@@ -172,7 +172,7 @@ void TargetModel::forward(const Batch& batch, SequenceStore& st, ForwardOutput& 
     be_.copy(s.tokens + d.row, d.ids, size_t(d.n) * sizeof(int32_t));
   be_.upload(s.pos, s.h_pos.data(), size_t(R) * sizeof(int32_t));
   const size_t E = size_t(hp_.n_embd);
-  checkpoint_conv_windows(st);
+  keep_conv_windows(st);
   be_.embed(tok_embd_, s.tokens, R, s.x);
   // Each residual add is fused with the norm that reads its result (the next layer's input
   // norm after the FFN), except the last, whose norm runs per logit row below.
@@ -275,7 +275,7 @@ void TargetModel::deltanet_layer(const LayerWeights& L, const Batch& batch, Sequ
   const int hist = hp_.ssm_conv_kernel - 1;
   for (const auto& sg : s.segs) {
     const int slot = st.get(sg.seq).recurrent_slot;
-    if (sg.speculative)  // after the window before (checkpoint_conv_windows): the segment's inputs
+    if (sg.speculative)  // after the window before (keep_conv_windows): the segment's inputs
       be_.copy(rec.conv_history(slot, L.gdn_index) + size_t(hist) * CD, s.qkv + sg.begin * CD,
                size_t(sg.n) * CD * sizeof(float));
     // Conv, q/k norms and gates of the segment's rows: per row the same math as over the whole
@@ -305,7 +305,7 @@ void TargetModel::deltanet_layer(const LayerWeights& L, const Batch& batch, Sequ
 // Speculative segments keep [window before ; segment inputs] per DeltaNet layer so commit can
 // rebuild the window after any kept prefix. The windows before are copied for every layer at
 // once, before any layer's conv moves them: one strided copy per segment, not one per layer.
-void TargetModel::checkpoint_conv_windows(SequenceStore& st) {
+void TargetModel::keep_conv_windows(SequenceStore& st) {
   if (n_gdn_ == 0) return;
   RecurrentPool& rec = *st.recurrent();
   for (const auto& sg : s_->segs) {

@@ -87,7 +87,7 @@ class TargetModel {
   void bind(const gguf::File& f);
   void attention_layer(const LayerWeights& L, const Batch& b, SequenceStore& st);
   void deltanet_layer(const LayerWeights& L, const Batch& b, SequenceStore& st);
-  void checkpoint_conv_windows(SequenceStore& st);
+  void keep_conv_windows(SequenceStore& st);
   void ffn(const LayerWeights& L, int rows);
   // ys[i] = x ws[i]^T over the batch's rows, run by run (Scratch::runs): prompt rows of
   // prefill-form segments through Backend::prompt_matmul_shared_input, the others through

@@ -2,7 +2,8 @@
 // (wgmma, sm_90a), deq_wgmma.cu's design for Q4_K applied to IQ4_XS: weights dequantized to f16
 // straight into the register A fragments, f16 activations (to_half_rows_scaled in
 // HalfOrder::kQ4k), fp32 sums. Tested (CudaOps.DeqWgmmaIq4xsAgainstExactAndBatchInvariant) and
-// timed (bench/matmul_kernels); not routed yet. Without sm_90a machine code the kernel traps.
+// timed (bench/matmul_kernels); routed for long prompt segments
+// (CudaBackend::prompt_matmul_shared_input). Without sm_90a machine code the kernel traps.
 //
 // Precision. w = half(d (ls - 32)) v: d (ls - 32) (f16 times a 6-bit integer, exact in fp32)
 // rounded to f16 once per 32-element sub-block, v the code-book value (-127 .. 113, exact in

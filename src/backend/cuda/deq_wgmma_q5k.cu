@@ -2,7 +2,8 @@
 // sm_90a), deq_wgmma.cu's design for Q4_K applied to Q5_K: weights dequantized to f16 straight
 // into the register A fragments, f16 activations (to_half_rows_scaled in HalfOrder::kQ4k), fp32
 // sums. Tested (CudaOps.DeqWgmmaQ5kAgainstExactAndBatchInvariant) and timed
-// (bench/matmul_kernels); not routed yet. Without sm_90a machine code the kernel traps.
+// (bench/matmul_kernels); routed for long prompt segments (CudaBackend::prompt_matmul_shared_input).
+// Without sm_90a machine code the kernel traps.
 //
 // Precision: Q4_K's weight formula with 5-bit quants, w = fma(v, half(d sc), half(-dmin m)), v
 // 0..31 (exact in f16), the header Q4_K's (q4k_half.cuh q4k_pair_scale): three roundings of at

@@ -2,7 +2,8 @@
 // sm_90a), deq_wgmma.cu's design applied to Q8_0: weights dequantized to f16 straight into the
 // register A fragments, f16 activations (to_half_rows_scaled in HalfOrder::kQ4k: Q8_0's order is Q4_K's, wgmma_q80_layout.h), fp32 sums.
 // Tested (CudaOps.DeqWgmmaQ80AgainstExactAndBatchInvariant) and timed (bench/matmul_kernels);
-// not routed yet. Without sm_90a machine code the kernel traps.
+// routed for long prompt segments (CudaBackend::prompt_matmul_shared_input). Without sm_90a
+// machine code the kernel traps.
 //
 // Precision. w = half(d) q: d is already f16, q (-128 .. 127) exact in f16, one f16 multiply
 // (round to nearest): at most 2^-11 |w| (or f16's subnormal half-spacing 2^-25). f16

@@ -91,7 +91,7 @@ void deq_wgmma_q6k_group(const Weight* const* ws, float* const* ys, int n, const
 // weights (quant/iq4xs_tiles.h, q5k_tiles.h; n_in % 256 == 0): IQ4_XS's weight half(d (ls - 32))
 // times the code-book value, Q5_K's Q4_K formula with 5-bit quants, in f16; f16 activations in
 // HalfOrder::kQ4k, fp32 sums on wgmma (sm_90a, runs where deq_wgmma_runs). Same scratch
-// (deq_gemm_scratch_bytes). Rows batch-invariant among themselves; not routed yet.
+// (deq_gemm_scratch_bytes). Rows batch-invariant among themselves; routed as deq_wgmma_group.
 bool deq_wgmma_iq4xs_supports(const Weight& w);
 void deq_wgmma_iq4xs_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                            cudaStream_t s);
@@ -101,7 +101,7 @@ void deq_wgmma_q5k_group(const Weight* const* ws, float* const* ys, int n, const
 // deq_wgmma_q80.cu -- the same kind of product for Q8_0 tile weights (quant/q80_tiles.h; n_in %
 // 256 == 0): the weight half(d) q8 in f16 (one rounding), f16 activations, fp32 sums on wgmma
 // (sm_90a, runs where deq_wgmma_runs). Same scratch (deq_gemm_scratch_bytes). Rows
-// batch-invariant among themselves; not routed yet.
+// batch-invariant among themselves; routed as deq_wgmma_group.
 bool deq_wgmma_q80_supports(const Weight& w);
 void deq_wgmma_q80_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,
                          cudaStream_t s);
