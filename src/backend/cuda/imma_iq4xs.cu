@@ -38,18 +38,22 @@ constexpr int kMaxWarps = 8;  // warps a block, each taking slots w, w + 8, ...
 // above (as imma_matmul.cu). kOneRow (a call of one row, plain decode): of the lane's columns
 // 2c, 2c + 1 only even ones can be live, so the odd ones' scale multiplies and float part are
 // left out (a column's bits do not depend on the others').
-template <int NT, bool kOneRow>
+// kG: m-tile groups of 16 outputs a CUDA block, as in imma_matmul.cu (warp w takes group w % kG
+// and that group's slots; the groups' warps share their activation reads; same bits).
+template <int NT, bool kOneRow, int kG = 1>
 __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
     imma_iq4xs_kernel(const Segments segs, int n_sb, Slots slots, const int8_t* __restrict__ xq,
                       const float* __restrict__ xd, int n_in, int rows_pad, int rows) {
   static_assert(!kOneRow || NT == 1, "one row is one n-tile");
   pdl_trigger();  // first: the next kernel may be scheduled while this one waits (see common.cuh)
   constexpr int kRegs = NT * 4;
-  extern __shared__ float part_smem[];  // [slot][kRegs][kWarp]
-  auto part = [&](int slot, int reg, int l) -> float& { return part_smem[(slot * kRegs + reg) * kWarp + l]; };
-
+  extern __shared__ float part_smem[];  // [group][slot][kRegs][kWarp]
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
   const int g = lane / 4, c = lane % 4;
+  const int grp = warp % kG, n_groups = segs.first_block[segs.n];
+  const int group = int(blockIdx.y) * kG + grp;  // this warp's group (past the last: idle)
+  float* const grp_part = part_smem + size_t(grp) * size_t(slots.count) * kRegs * kWarp;
+  auto part = [&](int slot, int reg, int l) -> float& { return grp_part[(slot * kRegs + reg) * kWarp + l]; };
   const int r0 = int(blockIdx.x) * kRowsPerGroup;
   // n-tiles with rows (uniform). imma_iq4xs_group sends calls of 1-8 rows to one n-tile, 9-16
   // to two, so below three n-tiles all are live and the loops have no branch.
@@ -59,7 +63,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
   // word and its rows' headers; super-block sb is sb * kIq4xsTileBytes further.
   const uint8_t *wq, *wh;
   {
-    const BlockSegment bs = block_segment(segs, 16);
+    const BlockSegment bs = block_segment(segs, 16, min(group, n_groups - 1));
     const uint8_t* const tile = bs.w + size_t(bs.o0 / kIq4xsTileRows) * size_t(n_sb) * kIq4xsTileBytes;
     wq = opaque(tile + 16 * lane);
     wh = opaque(tile + kIq4xsTileHeaders + 16 * g);
@@ -77,7 +81,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
   const uint8_t* const dr = opaque(reinterpret_cast<const uint8_t*>(xd + r0 + 2 * c));
   const uint32_t d_step = opaque(uint32_t(rows_pad) * 4u);
 
-  for (int slot = warp; slot < slots.count; slot += n_warps) {
+  const int first_slot = group < n_groups ? warp / kG : slots.count;  // (uniform in the warp)
+  for (int slot = first_slot; slot < slots.count; slot += n_warps / kG) {
     float acc[NT][4] = {};
     const int sb_end = min(n_sb, (slot + 1) * slots.per_slot);
     for (int sb = slot * slots.per_slot; sb < sb_end; ++sb) {
@@ -158,27 +163,34 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, NT == 1 ? 3 : 2)
   }  // slot
 
   // Sum the slots in slot order; thread t of the block finishes elements t, t + blockDim.x, ...
-  // (The block's segment is looked up again here: kept over the loop it takes registers.)
-  const BlockSegment bs = block_segment(segs, 16);
+  // (The groups' segments are looked up again here: kept over the loop they take registers.)
   __syncthreads();
-  store_slot_sums<kRegs>(part_smem, slots.count, bs.o0, bs.n_out, bs.y, bs.y_stride, r0, nt_live, rows);
+#pragma unroll
+  for (int gi = 0; gi < kG; ++gi) {
+    const int block = int(blockIdx.y) * kG + gi;
+    if (block >= n_groups) break;  // (uniform in the block)
+    const BlockSegment bs = block_segment(segs, 16, block);
+    store_slot_sums<kRegs>(part_smem + size_t(gi) * size_t(slots.count) * kRegs * kWarp, slots.count, bs.o0,
+                           bs.n_out, bs.y, bs.y_stride, r0, nt_live, rows);
+  }
 }
 
 // As imma_matmul.cu's imma_launch: one block per 16 outputs of a segment (grid.y) and
 // kRowsPerGroup activation rows (grid.x), min(slots, 8) warps; shared memory holds each slot's
 // NT * 4 partial sums per lane.
-template <int NT, bool kOneRow = false>
+template <int NT, bool kOneRow = false, int kG = 1>
 void launch_iq4xs(const Segments& segs, int64_t n_in, const int8_t* xq, const float* xd, int rows, int rows_pad,
                   cudaStream_t s) {
+  static_assert(kMaxWarps % kG == 0, "a block's warps split evenly over its m-tile groups");
   const int n_sb = int(n_in / kSb);
   const Slots slots = slots_of(n_sb);
-  const int warps = std::min(slots.count, kMaxWarps);
-  const size_t smem = size_t(slots.count) * NT * 4 * kWarp * sizeof(float);
-  // Up to 64 KiB of dynamic shared memory (kMaxSlots x 16 x 32 floats); a refusal shows as the
-  // launch error, which the caller checks.
-  constexpr auto kernel = imma_iq4xs_kernel<NT, kOneRow>;
-  (void)raise_smem_limit<kernel>(kMaxSlots * NT * 4 * kWarp * int(sizeof(float)));
-  const dim3 grid(ceil_div(rows, kRowsPerGroup), unsigned(segs.first_block[segs.n]));
+  const int warps = kG * std::min(slots.count, kMaxWarps / kG);
+  const size_t smem = size_t(kG) * size_t(slots.count) * NT * 4 * kWarp * sizeof(float);
+  // Up to kG x 64 KiB of dynamic shared memory (kMaxSlots x 16 x 32 floats a group); a refusal
+  // shows as the launch error, which the caller checks.
+  constexpr auto kernel = imma_iq4xs_kernel<NT, kOneRow, kG>;
+  (void)raise_smem_limit<kernel>(kG * kMaxSlots * NT * 4 * kWarp * int(sizeof(float)));
+  const dim3 grid(ceil_div(rows, kRowsPerGroup), ceil_div(unsigned(segs.first_block[segs.n]), unsigned(kG)));
   launch(kernel, grid, dim3(warps * kWarp), smem, s, segs, n_sb, slots, xq, xd, int(n_in), rows_pad, rows);
 }
 
@@ -199,7 +211,7 @@ void imma_iq4xs_group(const Weight* const* ws, float* const* ys, int n, const fl
     if (takes_gemm(segs, rows)) imma_iq4xs_gemm(segs, n_in, xq, xd, rows, rows_pad, s);
     else if (rows == 1) launch_iq4xs<1, true>(segs, n_in, xq, xd, rows, rows_pad, s);
     else if (rows <= 8) launch_iq4xs<1>(segs, n_in, xq, xd, rows, rows_pad, s);
-    else if (rows <= 16) launch_iq4xs<2>(segs, n_in, xq, xd, rows, rows_pad, s);
+    else if (rows <= 16) launch_iq4xs<2, false, 2>(segs, n_in, xq, xd, rows, rows_pad, s);  // (imma_matmul.cu: 2 groups)
     else launch_iq4xs<4>(segs, n_in, xq, xd, rows, rows_pad, s);
   });
 }
