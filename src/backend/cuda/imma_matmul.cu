@@ -387,7 +387,8 @@ void imma_decode(const Segments& segs, int64_t n_in, const int8_t* xq, const flo
                  int rows_pad, cudaStream_t s, ImmaDecodeShape shape) {
   const int groups_per_block = shape.groups_per_block != 0 ? shape.groups_per_block : decode_groups_per_block(rows);
   // 9-16 rows (two n-tiles) with three blocks an SM: 80 registers, as one n-tile (a variant for
-  // bench/matmul_kernels, not routed: ptxas spills 20-28 bytes).
+  // bench/matmul_kernels, not routed: ptxas spills 20-28 bytes, and routed for Q4_K with one
+  // group it moved mix-q4_k_m's 16-row forward by under 1%, H100, session 15).
   const bool three_blocks = shape.blocks_per_sm == 3 && rows > 8 && rows <= 16;
   auto decode = [&](auto tiles, auto q5k, auto g) {
     constexpr bool kTiles = decltype(tiles)::value, kQ5k = decltype(q5k)::value;
