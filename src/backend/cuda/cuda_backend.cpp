@@ -382,17 +382,13 @@ void CudaBackend::prompt_matmul_shared_input(const Weight* const* ws, float* con
       for (int j = 0; j < m; ++j)
         if (gemm[j] == type) gemm[j] = nullptr;
     }
-    n_in = -1;
     for (int i = 0; i < m; ++i) {
-      if (gemm[i] != nullptr) {
-        n_in = ws[i0 + i]->n_in;
-      } else {
-        rest_w[n_rest] = ws[i0 + i];
-        rest_y[n_rest++] = ys[i0 + i];
-      }
+      if (gemm[i] != nullptr) continue;
+      rest_w[n_rest] = ws[i0 + i];
+      rest_y[n_rest++] = ys[i0 + i];
     }
     if (n_rest > 0) matmul_shared_input(rest_w, rest_y, n_rest, x, rows);  // (takes any fused activations)
-    if (n_in < 0) continue;
+    if (n_rest == m) continue;  // no GEMM left; those left share n_in
     enter();
     ensure_scratch(mma_scratch_, mma_scratch_cap_, cuda::deq_gemm_scratch_bytes(n_in, rows), "matmul");
     for (int i = 0; i < m; ++i) {  // each type once, with every weight of that type
