@@ -64,16 +64,30 @@ __global__ void __launch_bounds__(kColsPerBlock)
 }
 
 // The same recurrence with each thread's share of a state column in registers (d_k = 64 or 128,
-// d_v a multiple of 32): 4 threads per column j, each owning DK/4 rows i of S[h][i][j], so S
-// is read once and written once per call (the version above reads and writes it twice per
-// token from L2), and the two column sums (S^T k, S^T q) reduce over the 4 threads by
+// d_v a multiple of 16): 4 threads per column j (parts p = lane % 4), so S is read once and
+// written once per call, and the two column sums (S^T k, S^T q) reduce over the 4 threads by
 // shuffles. 16 columns per block: n_v * d_v / 16 blocks (384 at n_v = 48, d_v = 128) of 64
-// threads, so the 132 SMs of an H200 hold 2-3 blocks each (128-thread blocks left 60 SMs with
-// twice the work of the others, which bounds a verify step's checkpoint writes). q and k of the
-// token are read per thread from L1 (the 8 threads sharing a row part read the same addresses).
+// threads, so the 132 SMs of an H100/H200 hold 2-3 blocks each (128-thread blocks left 60 SMs
+// with twice the work of the others, which bounds a verify step's checkpoint writes).
+//
+// The rows form a chain through the state, and each link is short (two dot products of DK / 4
+// terms and two shuffle reductions), so the inputs of up to kStageRows rows are staged in
+// shared memory first, with every load in flight at once: a link then waits on shared memory
+// only. (Loading row t + 1's inputs from global memory while row t computed left 1.1 us a
+// row at 16 rows, H100, session 15.) Part p owns the float4 chunks 4 m + p of a column (rows i
+// = 16 m + 4 p + e), so the four parts of a column read 64 consecutive bytes of q or k per
+// chunk step (one shared-memory wavefront, broadcast to the warp's eight columns), and each
+// dot product keeps four partial sums (one per e) to shorten its dependency chain.
 // With keep_state the column is not written back. The block shape does not change any sum.
 constexpr int kRegColsPerBlock = 16;
 constexpr int kRegThreads = 4 * kRegColsPerBlock;  // 4 threads share a column
+constexpr int kStageRows = 16;                     // rows of inputs staged at a time
+
+// One float from global to shared memory without passing through registers (cp.async).
+__device__ __forceinline__ void copy_float_async(float* dst, const float* src) {
+  const uint32_t d = uint32_t(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+}
 
 template <int DK>
 __global__ void __launch_bounds__(kRegThreads)
@@ -81,67 +95,87 @@ __global__ void __launch_bounds__(kRegThreads)
                         const float* __restrict__ g, const float* __restrict__ beta, int rows,
                         const int32_t* __restrict__ rows_limit, float* __restrict__ S, float* __restrict__ out,
                         bool keep_state) {
+  constexpr int kParts = 4, kChunks = DK / (4 * kParts);  // float4 chunks a part owns
+  __shared__ float4 q_st[kStageRows][DK / 4], k_st[kStageRows][DK / 4];
+  __shared__ float v_st[kStageRows][kRegColsPerBlock], alpha_st[kStageRows], beta_st[kStageRows];
   pdl_wait();
   pdl_trigger();
   if (rows_limit != nullptr) rows = min(rows, *rows_limit);
-  constexpr int kParts = 4, kRowsPerThread = DK / kParts;
-  const int h = blockIdx.x, kh = h % n_k;
+  const int h = blockIdx.x, kh = h % n_k;  // GGUF tiles value heads over key heads
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int part = lane % kParts;
-  const int j = blockIdx.y * kRegColsPerBlock + warp * 8 + lane / kParts;  // d_v % 16 == 0: always a column
-  const int i0 = part * kRowsPerThread;
+  const int col0 = blockIdx.y * kRegColsPerBlock;
+  const int jl = warp * 8 + lane / kParts, j = col0 + jl;  // d_v % 16 == 0: always a column
   float* Sh = S + size_t(h) * DK * dv;
-  float s[kRowsPerThread];
+  float s[4 * kChunks];  // s[4 m + e] = S[h][16 m + 4 part + e][j]
 #pragma unroll
-  for (int ii = 0; ii < kRowsPerThread; ++ii) s[ii] = Sh[size_t(i0 + ii) * dv + j];
-  const size_t q_off = size_t(kh) * DK + i0, k_off = size_t(n_k + kh) * DK + i0;
-  const size_t v_off = size_t(2 * n_k) * DK + size_t(h) * dv + j;
+  for (int m = 0; m < kChunks; ++m)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[4 * m + e] = Sh[size_t(16 * m + 4 * part + e) * dv + j];
+  const size_t q_off = size_t(kh) * DK, k_off = size_t(n_k + kh) * DK;
+  const size_t v_off = size_t(2 * n_k) * DK + size_t(h) * dv + col0;
   const size_t out_stride = size_t(n_v) * dv;
-  // A row's inputs (its share of k and q, v of column j, the decay and beta) are loaded while
-  // the row before is computed: the rows form a chain through the state, and the loads' latency
-  // was most of each link. The arithmetic and its order are unchanged.
-  struct RowInputs {
-    float k[kRowsPerThread], q[kRowsPerThread];
-    float alpha, b, v;
-  };
-  auto load = [&](int t, RowInputs& in) {
-    const float* row = qkv + size_t(t) * qkv_stride;
-    in.alpha = expf(__ldg(g + size_t(t) * n_v + h));
-    in.b = __ldg(beta + size_t(t) * n_v + h);
-    in.v = __ldg(row + v_off);
-#pragma unroll
-    for (int ii = 0; ii < kRowsPerThread; ++ii) {
-      in.k[ii] = __ldg(row + k_off + ii);
-      in.q[ii] = __ldg(row + q_off + ii);
+  for (int t0 = 0; t0 < rows; t0 += kStageRows) {
+    const int n = min(kStageRows, rows - t0);
+    __syncthreads();  // the previous rows' inputs are no longer read
+    // q | k and v of the rows by asynchronous copies (no registers held; all in flight at once);
+    // consecutive threads copy consecutive floats.
+    for (int e = threadIdx.x; e < n * 2 * DK; e += kRegThreads) {
+      const int t = e / (2 * DK), c = e % (2 * DK);
+      float* dst = reinterpret_cast<float*>(c < DK ? q_st[t] : k_st[t]) + c % DK;
+      copy_float_async(dst, qkv + size_t(t0 + t) * qkv_stride + (c < DK ? q_off + c : k_off + c - DK));
     }
-  };
-  RowInputs cur, next;
-  if (rows > 0) load(0, cur);
-  for (int t = 0; t < rows; ++t) {
-    if (t + 1 < rows) load(t + 1, next);
-    float m = 0.0f;
-#pragma unroll
-    for (int ii = 0; ii < kRowsPerThread; ++ii) {  // decay, and read the memory: m = S^T k
-      s[ii] *= cur.alpha;
-      m = fmaf(s[ii], cur.k[ii], m);
+    for (int e = threadIdx.x; e < n * kRegColsPerBlock; e += kRegThreads) {
+      const int t = e / kRegColsPerBlock, c = e % kRegColsPerBlock;
+      copy_float_async(&v_st[t][c], qkv + size_t(t0 + t) * qkv_stride + v_off + c);
     }
-    m += __shfl_xor_sync(0xffffffffu, m, 1);
-    m += __shfl_xor_sync(0xffffffffu, m, 2);
-    const float delta = cur.b * (cur.v - m);
-    float o = 0.0f;
-#pragma unroll
-    for (int ii = 0; ii < kRowsPerThread; ++ii) {  // write, then read with the updated state
-      s[ii] = fmaf(cur.k[ii], delta, s[ii]);
-      o = fmaf(s[ii], cur.q[ii], o);
+    asm volatile("cp.async.commit_group;\n" ::);
+    for (int t = threadIdx.x; t < n; t += kRegThreads) {
+      alpha_st[t] = expf(__ldg(g + size_t(t0 + t) * n_v + h));
+      beta_st[t] = __ldg(beta + size_t(t0 + t) * n_v + h);
     }
-    o += __shfl_xor_sync(0xffffffffu, o, 1);
-    o += __shfl_xor_sync(0xffffffffu, o, 2);
-    if (part == 0) out[size_t(t) * out_stride + size_t(h) * dv + j] = o;
-    if (t + 1 < rows) cur = next;
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    __syncthreads();
+    for (int t = 0; t < n; ++t) {
+      const float alpha = alpha_st[t];
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int m = 0; m < kChunks; ++m) {  // decay, and read the memory: m = S^T k
+        const float4 k4 = k_st[t][4 * m + part];
+        const float kv[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[4 * m + e] *= alpha;
+          acc[e] = fmaf(s[4 * m + e], kv[e], acc[e]);
+        }
+      }
+      float mem = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+      mem += __shfl_xor_sync(0xffffffffu, mem, 1);
+      mem += __shfl_xor_sync(0xffffffffu, mem, 2);
+      const float delta = beta_st[t] * (v_st[t][jl] - mem);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[e] = 0.0f;
+#pragma unroll
+      for (int m = 0; m < kChunks; ++m) {  // write, then read with the updated state: o = S^T q
+        const float4 k4 = k_st[t][4 * m + part], q4 = q_st[t][4 * m + part];
+        const float kv[4] = {k4.x, k4.y, k4.z, k4.w}, qv[4] = {q4.x, q4.y, q4.z, q4.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[4 * m + e] = fmaf(kv[e], delta, s[4 * m + e]);
+          acc[e] = fmaf(s[4 * m + e], qv[e], acc[e]);
+        }
+      }
+      float o = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+      o += __shfl_xor_sync(0xffffffffu, o, 1);
+      o += __shfl_xor_sync(0xffffffffu, o, 2);
+      if (part == 0) out[size_t(t0 + t) * out_stride + size_t(h) * dv + j] = o;
+    }
   }
   if (keep_state) return;
 #pragma unroll
-  for (int ii = 0; ii < kRowsPerThread; ++ii) Sh[size_t(i0 + ii) * dv + j] = s[ii];
+  for (int m = 0; m < kChunks; ++m)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) Sh[size_t(16 * m + 4 * part + e) * dv + j] = s[4 * m + e];
 }
 
 }  // namespace
