@@ -3109,6 +3109,76 @@ TEST_F(CudaOps, ImmaDecodeGroupsGiveTheSameBits) {
   }
 }
 
+// Weights sharing one input in one launch (segments, as matmul_shared_input launches them):
+// every block shape gives each weight's outputs the bits of that weight launched alone. With
+// 2 or 4 groups a block, a block's groups straddle two weights (300 and 37 outputs end inside
+// a block of 32 or 64).
+TEST_F(CudaOps, ImmaDecodeSharedInputSegmentsGiveTheSameBits) {
+  gpu_ = make_cuda_backend(0, true, /*tiles=*/true);
+  uint64_t seed = 7170;
+  const int64_t n_in = 5120;
+  const int64_t outs[] = {300, 37, 129};
+  for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K}) {
+    std::vector<HostWeight> hws;
+    std::vector<Weight> ws;
+    for (const int64_t n_out : outs) {
+      hws.push_back(make_weight(t, n_in, n_out, seed++));
+      const HostWeight& hw = hws.back();
+      ws.push_back(gpu().upload_matrix(Weight{hw.type, hw.n_in, hw.n_out, hw.bytes.data(), hw.row_bytes}));
+      ASSERT_TRUE(ws.back().tiles) << type_name(t);
+    }
+    const Weight* wp[3] = {&ws[0], &ws[1], &ws[2]};
+    for (int rows : {1, 2, 7, 9, 16, 17, 32}) {
+      const std::vector<float> x = make_activations(rows, n_in, seed++);
+      void* xd = gpu().alloc(x.size() * sizeof(float));
+      gpu().upload(xd, x.data(), x.size() * sizeof(float));
+      void* scratch = gpu().alloc(cuda::imma_scratch_bytes(ws[0], rows));
+      gpu().synchronize();
+      cuda::imma_quantize(static_cast<const float*>(xd), n_in, rows, scratch, nullptr);
+      std::vector<void*> yd;
+      std::vector<size_t> y_bytes;
+      for (const int64_t n_out : outs) {
+        y_bytes.push_back(size_t(rows) * size_t(n_out) * sizeof(float));
+        yd.push_back(gpu().alloc(y_bytes.back()));
+      }
+      auto run = [&](const cuda::ImmaDecodeShape shape, bool together) {
+        for (size_t i = 0; i < yd.size(); ++i) {
+          const std::vector<float> poison(y_bytes[i] / sizeof(float), kPoison);
+          gpu().upload(yd[i], poison.data(), y_bytes[i]);
+        }
+        gpu().synchronize();
+        float* yp[3] = {static_cast<float*>(yd[0]), static_cast<float*>(yd[1]), static_cast<float*>(yd[2])};
+        if (together) cuda::imma_decode_quantized(wp, yp, 3, rows, scratch, nullptr, shape);
+        else
+          for (int i = 0; i < 3; ++i) cuda::imma_decode_quantized(*wp[i], yp[i], rows, scratch, nullptr, shape);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<std::vector<float>> ys;
+        for (size_t i = 0; i < yd.size(); ++i) {
+          ys.emplace_back(y_bytes[i] / sizeof(float));
+          gpu().download(ys.back().data(), yd[i], y_bytes[i]);
+        }
+        return ys;
+      };
+      const std::vector<std::vector<float>> alone = run(cuda::ImmaDecodeShape{1, 0}, false);
+      for (const std::vector<float>& y : alone)
+        EXPECT_TRUE(std::none_of(y.begin(), y.end(), [](float v) { return std::isnan(v); }))
+            << "unwritten outputs, " << type_name(t) << " rows " << rows;
+      for (const cuda::ImmaDecodeShape shape : {cuda::ImmaDecodeShape{}, cuda::ImmaDecodeShape{1, 0},
+                                                cuda::ImmaDecodeShape{2, 0}, cuda::ImmaDecodeShape{4, 0},
+                                                cuda::ImmaDecodeShape{1, 3}, cuda::ImmaDecodeShape{2, 3}}) {
+        const std::vector<std::vector<float>> together = run(shape, true);
+        for (size_t i = 0; i < alone.size(); ++i)
+          EXPECT_EQ(0, std::memcmp(alone[i].data(), together[i].data(), y_bytes[i]))
+              << type_name(t) << " rows " << rows << " weight " << i << ", groups " << shape.groups_per_block
+              << ", blocks an SM " << shape.blocks_per_sm;
+      }
+      for (void* p : yd) gpu().release(p);
+      gpu().release(scratch);
+      gpu().release(xd);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Q8_K activations written by the norm kernels (CudaBackend's fuse_quantize)
 

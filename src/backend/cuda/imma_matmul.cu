@@ -417,17 +417,23 @@ void imma_decode(const Segments& segs, int64_t n_in, const int8_t* xq, const flo
 }
 }  // namespace
 
-void imma_decode_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s,
-                           ImmaDecodeShape shape) {
+void imma_decode_quantized(const Weight* const* ws, float* const* ys, int n, int rows, const void* scratch,
+                           cudaStream_t s, ImmaDecodeShape shape) {
+  const int64_t n_in = ws[0]->n_in;
   const int rows_pad = (rows + 7) / 8 * 8;
-  const Q8kLayout l = q8k_layout(w.n_in, rows_pad);
+  const Q8kLayout l = q8k_layout(n_in, rows_pad);
   auto* base = static_cast<const uint8_t*>(scratch);
-  const Weight* ws[1] = {&w};
-  float* ys[1] = {y};
-  for_each_launch(ws, ys, 1, [&](const Segments& segs) {
-    imma_decode(segs, w.n_in, reinterpret_cast<const int8_t*>(base + l.q), reinterpret_cast<const float*>(base + l.d),
+  for_each_launch(ws, ys, n, [&](const Segments& segs) {
+    imma_decode(segs, n_in, reinterpret_cast<const int8_t*>(base + l.q), reinterpret_cast<const float*>(base + l.d),
                 reinterpret_cast<const uint2*>(base + l.m), rows, rows_pad, s, shape);
   });
+}
+
+void imma_decode_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s,
+                           ImmaDecodeShape shape) {
+  const Weight* ws[1] = {&w};
+  float* ys[1] = {y};
+  imma_decode_quantized(ws, ys, 1, rows, scratch, s, shape);
 }
 
 void imma_matmul_group(const Weight* const* ws, float* const* ys, int n, const float* x, int rows, void* scratch,

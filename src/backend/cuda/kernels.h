@@ -146,6 +146,10 @@ struct ImmaDecodeShape {
 };
 void imma_decode_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s,
                            ImmaDecodeShape shape);
+// The same for n weights of one layout and n_in sharing the quantized input (one launch while
+// their 16-output blocks fit a grid, as matmul_shared_input launches them).
+void imma_decode_quantized(const Weight* const* ws, float* const* ys, int n, int rows, const void* scratch,
+                           cudaStream_t s, ImmaDecodeShape shape);
 enum class ImmaGemmShape { kAuto, k128x64Warps4, k128x128Warps8, k128x128Warps16 };
 void imma_gemm_quantized(const Weight& w, float* y, int rows, const void* scratch, cudaStream_t s,
                          ImmaGemmShape shape = ImmaGemmShape::kAuto);
