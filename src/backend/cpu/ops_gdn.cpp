@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/simd.h"
+#include "backend/cpu/small_gemm.h"
 #include "util/error.h"
 
 namespace df {
@@ -63,80 +64,103 @@ void recurrent_head(const GdnShape& sh, const HeadIo& io, int h, int rows, float
   }
 }
 
+// e^{gam[t] - gam[s]} for s = 0 .. count - 1 into out (vectorised: 2 x 64 x 64 exponentials a
+// chunk were a fifth of the head's time as scalar calls). gam is non-increasing, so for s <= t
+// the exponent is <= 0.
+// (GCC 12 reports its own AVX-512 intrinsics' undefined pass-through operand as maybe
+// uninitialized once inlined here: a false positive, silenced for this function only.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+void exp_differences(float gt, const float* gam, int count, float* out) {
+  int s = 0;
+#if defined(__AVX512F__)
+  const __m512 g = _mm512_set1_ps(gt);
+  for (; s + 16 <= count; s += 16) _mm512_storeu_ps(out + s, cpu::exp16(_mm512_sub_ps(g, _mm512_loadu_ps(gam + s))));
+#endif
+  for (; s < count; ++s) out[s] = std::exp(gt - gam[s]);
+}
+#pragma GCC diagnostic pop
+
+// Per-thread work arrays of one chunk (no allocation per call once grown).
+struct ChunkScratch {
+  std::vector<float> gam, ex, KT, Q, L, QK, WK, KdT;
+  void size_for(int dk, int dv) {
+    const size_t c = kChunk;
+    gam.resize(c), ex.resize(c), KT.resize(size_t(dk) * c), Q.resize(c * size_t(dk)), L.resize(c * c),
+        QK.resize(c * c), WK.resize(c * size_t(dv + dk)), KdT.resize(size_t(dk) * c);
+  }
+};
+
+// The chunked (WY) form over one head, chunk by chunk; its products run as small_gemm calls.
+//   G = K K^T, P = Q K^T                       L[t][s] = beta_t G[t][s] e^{gam_t - gam_s} (s < t)
+//                                              QK[t][s] = P[t][s] e^{gam_t - gam_s} (s <= t)
+//   rows [W | Kc]_t = [beta_t v_t | beta_t e^{gam_t} k_t], then (I + L)^-1 by forward substitution
+//   V_new = W - Kc S0                          (over W)
+//   O = (e^{gam} Q) S0 + QK V_new
+//   S = e^{gam_last} S0 + Kd^T V_new           Kd^T[i][s] = k_s[i] e^{gam_last - gam_s}
 void chunked_head(const GdnShape& sh, const HeadIo& io, int h, int rows, float* S) {
-  const int dk = sh.d_k, dv = sh.d_v;
-  std::vector<float> gam(kChunk), L(kChunk * kChunk), W(size_t(kChunk) * dv), Kc(size_t(kChunk) * dk),
-      QK(kChunk * kChunk);
+  const int dk = sh.d_k, dv = sh.d_v, wk = dv + dk;
+  thread_local ChunkScratch sc;
+  sc.size_for(dk, dv);
+  float *gam = sc.gam.data(), *ex = sc.ex.data(), *KT = sc.KT.data(), *Q = sc.Q.data(), *L = sc.L.data(),
+        *QK = sc.QK.data(), *WK = sc.WK.data(), *KdT = sc.KdT.data();
+  using cpu::GemmOperand;
+  using cpu::small_gemm;
   for (int c0 = 0; c0 < rows; c0 += kChunk) {
     const int n = std::min(kChunk, rows - c0);
-    auto q = [&](int t) { return io.qkv + size_t(c0 + t) * io.qkv_stride + io.q_off; };
-    auto k = [&](int t) { return io.qkv + size_t(c0 + t) * io.qkv_stride + io.k_off; };
-    auto v = [&](int t) { return io.qkv + size_t(c0 + t) * io.qkv_stride + io.v_off; };
+    auto row = [&](int t) { return io.qkv + size_t(c0 + t) * io.qkv_stride; };
     auto beta = [&](int t) { return io.beta[size_t(c0 + t) * io.n_v + h]; };
     float cum = 0;
     for (int t = 0; t < n; ++t) gam[t] = cum += io.g[size_t(c0 + t) * io.n_v + h];
-    using cpu::dot;
-    // L[t][s] = beta_t (k_t . k_s) exp(G_t - G_s) for s < t;  QK[t][s] = (q_t . k_s) exp(G_t - G_s) for s <= t.
-    for (int t = 0; t < n; ++t) {
-      for (int s = 0; s < t; ++s) L[t * kChunk + s] = beta(t) * dot(k(t), k(s), dk) * std::exp(gam[t] - gam[s]);
-      for (int s = 0; s <= t; ++s) QK[t * kChunk + s] = dot(q(t), k(s), dk) * std::exp(gam[t] - gam[s]);
+    for (int t = 0; t < n; ++t) {  // K^T (keys as columns) and Q as rows
+      const float* k = row(t) + io.k_off;
+      for (int i = 0; i < dk; ++i) KT[size_t(i) * n + t] = k[i];
+      std::copy(row(t) + io.q_off, row(t) + io.q_off + dk, Q + size_t(t) * dk);
     }
-    // Forward substitution with (I + L): W = T (beta V), Kc = T (beta K e^G).
+    // Gram products: rows t of K (read from the qkv rows) and of Q, times K^T.
+    small_gemm(n, n, dk, GemmOperand{row(0) + io.k_off, int(io.qkv_stride)}, GemmOperand{KT, n}, L, kChunk, 0.0f);
+    small_gemm(n, n, dk, GemmOperand{Q, dk}, GemmOperand{KT, n}, QK, kChunk, 0.0f);
     for (int t = 0; t < n; ++t) {
-      float* Wt = &W[size_t(t) * dv];
-      float* Kt = &Kc[size_t(t) * dk];
-      const float bt = beta(t), et = std::exp(gam[t]);
-      for (int j = 0; j < dv; ++j) Wt[j] = bt * v(t)[j];
-      for (int i = 0; i < dk; ++i) Kt[i] = bt * et * k(t)[i];
+      exp_differences(gam[t], gam, t + 1, ex);
+      float* Lt = L + size_t(t) * kChunk;
+      float* Pt = QK + size_t(t) * kChunk;
+      const float bt = beta(t);
+      for (int s = 0; s < t; ++s) Lt[s] = bt * Lt[s] * ex[s];
+      for (int s = 0; s <= t; ++s) Pt[s] *= ex[s];
+      std::fill(Pt + t + 1, Pt + n, 0.0f);  // QK V_new below runs over all n columns
+    }
+    // Forward substitution with (I + L) over the rows [W | Kc] (dv + dk floats each).
+    for (int t = 0; t < n; ++t) {
+      float* Rt = WK + size_t(t) * wk;
+      const float bt = beta(t), bet = bt * std::exp(gam[t]);
+      const float* v = row(t) + io.v_off;
+      const float* k = row(t) + io.k_off;
+      for (int j = 0; j < dv; ++j) Rt[j] = bt * v[j];
+      for (int i = 0; i < dk; ++i) Rt[dv + i] = bet * k[i];
+      const float* Lt = L + size_t(t) * kChunk;
       for (int s = 0; s < t; ++s) {
-        const float l = L[t * kChunk + s];
-        const float* Ws = &W[size_t(s) * dv];
-        const float* Ks = &Kc[size_t(s) * dk];
-        for (int j = 0; j < dv; ++j) Wt[j] -= l * Ws[j];
-        for (int i = 0; i < dk; ++i) Kt[i] -= l * Ks[i];
+        const float l = Lt[s];
+        const float* Rs = WK + size_t(s) * wk;
+        for (int j = 0; j < wk; ++j) Rt[j] -= l * Rs[j];
       }
     }
-    // V_new = W - Kc S0 (stored over W).
+    // V_new = W - Kc S0, over W.
+    small_gemm(n, dv, dk, GemmOperand{WK + dv, wk}, GemmOperand{S, dv}, WK, wk, 1.0f, /*subtract=*/true);
+    // O = (e^{gam} Q) S0 + QK V_new.
     for (int t = 0; t < n; ++t) {
-      float* Wt = &W[size_t(t) * dv];
-      const float* Kt = &Kc[size_t(t) * dk];
-      for (int i = 0; i < dk; ++i) {
-        const float* Si = S + size_t(i) * dv;
-        for (int j = 0; j < dv; ++j) Wt[j] -= Kt[i] * Si[j];
-      }
-    }
-    // O_t = e^{G_t} S0^T q_t + sum_{s<=t} QK[t][s] V_new_s
-    for (int t = 0; t < n; ++t) {
-      float* o = io.out + size_t(c0 + t) * io.out_stride;
       const float et = std::exp(gam[t]);
-      std::fill(o, o + dv, 0.0f);
-      for (int i = 0; i < dk; ++i) {
-        const float qi = q(t)[i] * et;
-        const float* Si = S + size_t(i) * dv;
-        for (int j = 0; j < dv; ++j) o[j] += qi * Si[j];
-      }
-      for (int s = 0; s <= t; ++s) {
-        const float w = QK[t * kChunk + s];
-        const float* Vs = &W[size_t(s) * dv];
-        for (int j = 0; j < dv; ++j) o[j] += w * Vs[j];
-      }
+      float* q = Q + size_t(t) * dk;
+      for (int i = 0; i < dk; ++i) q[i] *= et;
     }
-    // S = e^{G_last} S0 + sum_s (k_s e^{G_last - G_s}) V_new_s^T
-    const float glast = gam[n - 1], elast = std::exp(glast);
-    for (int i = 0; i < dk; ++i) {
-      float* Si = S + size_t(i) * dv;
-      for (int j = 0; j < dv; ++j) Si[j] *= elast;
-    }
-    for (int s = 0; s < n; ++s) {
-      const float f = std::exp(glast - gam[s]);
-      const float* Vs = &W[size_t(s) * dv];
-      const float* ks = k(s);
-      for (int i = 0; i < dk; ++i) {
-        const float ki = ks[i] * f;
-        float* Si = S + size_t(i) * dv;
-        for (int j = 0; j < dv; ++j) Si[j] += ki * Vs[j];
-      }
-    }
+    float* out = io.out + size_t(c0) * io.out_stride;
+    small_gemm(n, dv, dk, GemmOperand{Q, dk}, GemmOperand{S, dv}, out, int(io.out_stride), 0.0f);
+    small_gemm(n, dv, n, GemmOperand{QK, kChunk}, GemmOperand{WK, wk}, out, int(io.out_stride), 1.0f);
+    // S = e^{gam_last} S0 + Kd^T V_new.
+    const float glast = gam[n - 1];
+    exp_differences(glast, gam, n, ex);
+    for (int i = 0; i < dk; ++i)
+      for (int s = 0; s < n; ++s) KdT[size_t(i) * n + s] = KT[size_t(i) * n + s] * ex[s];
+    small_gemm(dk, dv, n, GemmOperand{KdT, n}, GemmOperand{WK, wk}, S, dv, std::exp(glast));
   }
 }
 
