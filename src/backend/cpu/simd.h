@@ -45,10 +45,16 @@ namespace df::cpu {
 // exp(x) for 16 lanes: x = n ln2 + r with |r| <= ln2/2, e^r by a degree-6 polynomial, 2^n by
 // exponent arithmetic. Max relative error ~2 ulp over the range where the result is normal;
 // underflows to 0 below -87.3 and saturates to inf above 88.7 like expf.
+// The all-lanes masked forms of min, max, roundscale and scalef compute the same as the plain
+// ones; GCC 12's plain ones pass an undefined vector through, which it then reports as maybe
+// uninitialized wherever exp16 is inlined.
 inline __m512 exp16(__m512 x) {
   const __m512 hi = _mm512_set1_ps(88.7f), lo = _mm512_set1_ps(-87.3f);
-  x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504089f)), _MM_FROUND_TO_NEAREST_INT);
+  constexpr __mmask16 kAll = 0xFFFF;
+  x = _mm512_mask_max_ps(x, kAll, x, lo);
+  x = _mm512_mask_min_ps(x, kAll, x, hi);
+  const __m512 xl = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504089f));
+  const __m512 n = _mm512_mask_roundscale_ps(xl, kAll, xl, _MM_FROUND_TO_NEAREST_INT);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);  // ln2 split in two parts
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
   __m512 p = _mm512_set1_ps(1.0f / 720);
@@ -58,7 +64,7 @@ inline __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
+  return _mm512_mask_scalef_ps(p, kAll, p, n);
 }
 #endif
 
