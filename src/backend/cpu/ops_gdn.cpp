@@ -67,10 +67,6 @@ void recurrent_head(const GdnShape& sh, const HeadIo& io, int h, int rows, float
 // e^{gam[t] - gam[s]} for s = 0 .. count - 1 into out (vectorised: 2 x 64 x 64 exponentials a
 // chunk were a fifth of the head's time as scalar calls). gam is non-increasing, so for s <= t
 // the exponent is <= 0.
-// (GCC 12 reports its own AVX-512 intrinsics' undefined pass-through operand as maybe
-// uninitialized once inlined here: a false positive, silenced for this function only.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 void exp_differences(float gt, const float* gam, int count, float* out) {
   int s = 0;
 #if defined(__AVX512F__)
@@ -79,7 +75,6 @@ void exp_differences(float gt, const float* gam, int count, float* out) {
 #endif
   for (; s < count; ++s) out[s] = std::exp(gt - gam[s]);
 }
-#pragma GCC diagnostic pop
 
 // Per-thread work arrays of one chunk (no allocation per call once grown).
 struct ChunkScratch {
