@@ -64,9 +64,8 @@ void recurrent_head(const GdnShape& sh, const HeadIo& io, int h, int rows, float
   }
 }
 
-// e^{gam[t] - gam[s]} for s = 0 .. count - 1 into out (vectorised: 2 x 64 x 64 exponentials a
-// chunk were a fifth of the head's time as scalar calls). gam is non-increasing, so for s <= t
-// the exponent is <= 0.
+// e^{gam[t] - gam[s]} for s = 0 .. count - 1 into out, 16 at a time (a chunk needs ~64 x 64 of
+// them). gam is non-increasing, so for s <= t the exponent is <= 0.
 void exp_differences(float gt, const float* gam, int count, float* out) {
   int s = 0;
 #if defined(__AVX512F__)
