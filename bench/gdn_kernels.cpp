@@ -1,8 +1,9 @@
 // The chunked delta rule (deltanet_chunked.cu: prepare + state per piece) timed alone at the
-// 27B shape, one layer (n_k 16, n_v 48, d_k = d_v = 128), for a 512-row prefill chunk and a
-// 4096-row one, and the recurrent one (deltanet.cu) for 1-32 rows (decode and verify widths;
-// with keep_state, as a verify's rows, and without, as decode and commit): the median of --reps calls, each between its own two events (launch latency
-// included), and the same calls back to back in a stream. Inputs as a forward gives them: q and
+// 27B shape, one layer (n_k 16, n_v 48, d_k = d_v = 128), for 64-4096 rows, and the recurrent
+// one (deltanet.cu) for 1-512 rows (decode and verify widths with keep_state, as a verify's
+// rows, and without, as decode and commit; 64-512 rows beside the chunked form, for the prompt
+// length where prefill should switch forms): the median of --reps calls, each between its own
+// two events (launch latency included), and the same calls back to back in a stream. Inputs as a forward gives them: q and
 // k L2-normalised per head (q scaled by 1/sqrt(d_k)), decays e^g with g in [-1.5, 0], beta in
 // [0.05, 0.95]. Correctness lives in test_cuda_ops (CudaOps.GdnDeltaRuleChunkedKernels); this
 // only reports whether the outputs of the last call are finite.
@@ -15,6 +16,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <utility>
 #include <random>
 #include <vector>
 
@@ -64,9 +67,12 @@ int main(int argc, char** argv) {
   std::uniform_real_distribution<float> gate(-1.5f, 0.0f), bet(0.05f, 0.95f);
   cudaStream_t s;
   check(cudaStreamCreate(&s), "stream");
-  for (int rows : {1, 2, 4, 8, 16, 32, 512, 4096}) {
+  // Above 32 rows both forms: where the recurrent one (inputs staged 16 rows at a time) stops
+  // being the faster is the prompt length at which prefill should switch to the chunked one.
+  for (const auto& [rows, recurrent] : std::initializer_list<std::pair<int, bool>>{
+           {1, true}, {2, true}, {4, true}, {8, true}, {16, true}, {32, true}, {64, true}, {64, false}, {128, true},
+           {128, false}, {512, true}, {512, false}, {4096, false}}) {
     if (only_rows != 0 && rows != only_rows) continue;
-    const bool recurrent = rows <= 32;
     const size_t cd = size_t(sh.conv_dim());
     std::vector<float> qkv(size_t(rows) * cd), g(size_t(rows) * sh.n_v), beta(g.size()), S0(sh.state_floats());
     for (float& x : qkv) x = normal(rng);
@@ -94,7 +100,7 @@ int main(int argc, char** argv) {
       else df::cuda::gdn_delta_rule_chunked(sh, qkv_d, cd, g_d, beta_d, rows, S_d, out_d, scratch, s);
     };
     for (const bool keep : {false, true}) {
-    if (keep && !recurrent) break;
+    if (keep && (!recurrent || rows > 32)) break;  // keep_state: verify widths only
     keep_state = keep;
     cudaEvent_t a, b;
     cudaEventCreate(&a);
