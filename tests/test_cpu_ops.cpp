@@ -1156,6 +1156,16 @@ void run_attention_cases(Backend& be, const AttnCase& ac, uint64_t seed) {
     hz.check_attention({P - 1}, ac.n_head, true, rng, 4.0, "decode sharp");  // peaked softmax
     std::vector<int32_t> rnd = {int32_t(rng.integer(0, P - 1)), 0, int32_t(rng.integer(0, P - 1))};
     hz.check_attention(rnd, ac.n_head, false, rng, 1.0, "random positions");
+    if (P >= 64) {  // many rows: several row tiles (the last one partial) and partial position blocks
+      const int n = std::min(P, 45);
+      std::vector<int32_t> tail(static_cast<size_t>(n));
+      std::iota(tail.begin(), tail.end(), P - n);
+      hz.check_attention(tail, ac.n_head, true, rng, 1.0, "long prefill chunk");
+      std::vector<int32_t> scattered(41);  // increasing with gaps: rows of one tile reach different blocks
+      for (auto& sp : scattered) sp = int32_t(rng.integer(0, P - 1));
+      std::sort(scattered.begin(), scattered.end());
+      hz.check_attention(scattered, ac.n_head, false, rng, 1.0, "many rows at scattered positions");
+    }
     Cmp cmp("cache unchanged by attention");
     hz.check_cache(cmp);
     cmp.report();
@@ -1171,6 +1181,11 @@ TEST_P(CpuOps, AttentionF32KvHd128Gqa16x8) { run_attention_cases(be(), {128, 16,
 TEST_P(CpuOps, AttentionQ8KvHd256Gqa8x2) { run_attention_cases(be(), {256, 8, 2, {1, 17, 100}, GgmlType::Q8_0}, 900); }
 TEST_P(CpuOps, AttentionQ8KvHd128Gqa16x8) { run_attention_cases(be(), {128, 16, 8, {16, 515}, GgmlType::Q8_0}, 1000); }
 TEST_P(CpuOps, AttentionQ8KvHd128Mha4x4) { run_attention_cases(be(), {128, 4, 4, {15}, GgmlType::Q8_0}, 1100); }
+// Head dims that are not whole SIMD vectors (72 = 4.5 x 16), odd GQA groups, and one kv head
+// (a decode row's group is then split over threads).
+TEST_P(CpuOps, AttentionHd72Gqa6x2) { run_attention_cases(be(), {72, 6, 2, {1, 17, 100}}, 1200); }
+TEST_P(CpuOps, AttentionF32KvHd72Gqa6x2) { run_attention_cases(be(), {72, 6, 2, {17, 100}, GgmlType::F32}, 1300); }
+TEST_P(CpuOps, AttentionHd64Gqa8x1) { run_attention_cases(be(), {64, 8, 1, {1, 33, 100}}, 1400); }
 
 // A q8_0 cache needs whole 32-element blocks per head; other head dims are refused, not misread.
 TEST_P(CpuOps, Q8KvRejectsHeadDimNotMultipleOf32) {
