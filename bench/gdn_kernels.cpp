@@ -3,9 +3,9 @@
 // one (deltanet.cu) for 1-512 rows (decode and verify widths with keep_state, as a verify's
 // rows, and without, as decode and commit; 64-512 rows beside the chunked form, for the prompt
 // length where prefill should switch forms): the median of --reps calls, each between its own
-// two events (launch latency included), and the same calls back to back in a stream. Inputs as a forward gives them: q and
-// k L2-normalised per head (q scaled by 1/sqrt(d_k)), decays e^g with g in [-1.5, 0], beta in
-// [0.05, 0.95]. Correctness lives in test_cuda_ops (CudaOps.GdnDeltaRuleChunkedKernels); this
+// two events (launch latency included), and the same calls back to back in a stream. Inputs as
+// a forward gives them: q and k L2-normalised per head (q scaled by 1/sqrt(d_k)), decays e^g
+// with g in [-1.5, 0], beta in [0.05, 0.95]. Correctness lives in test_cuda_ops (CudaOps.GdnDeltaRuleChunkedKernels); this
 // only reports whether the outputs of the last call are finite.
 //
 //   gdn_kernels [--reps N] [--rows R]   (built with the CUDA backend; run on the GPU machine)

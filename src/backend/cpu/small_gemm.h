@@ -16,10 +16,10 @@ struct GemmOperand {
 
 namespace gemm_detail {
 
-// The plain form: any shape, any tail.
-inline void gemm_scalar(int m0, int m1, int n0, int n1, int K, GemmOperand A, GemmOperand B, float* C, int ldc,
-                        float beta, bool subtract) {
-  for (int m = m0; m < m1; ++m)
+// The plain form: columns [n0, n1) of every row, any shape.
+inline void gemm_scalar(int M, int n0, int n1, int K, GemmOperand A, GemmOperand B, float* C, int ldc, float beta,
+                        bool subtract) {
+  for (int m = 0; m < M; ++m)
     for (int n = n0; n < n1; ++n) {
       float c = beta == 0.0f ? 0.0f : beta * C[m * ldc + n];
       for (int k = 0; k < K; ++k) {
@@ -31,7 +31,7 @@ inline void gemm_scalar(int m0, int m1, int n0, int n1, int K, GemmOperand A, Ge
 }
 
 #if defined(__AVX512F__)
-// Rows m .. m + R - 1, columns n .. n + 64 * ... : R rows x 4 vectors of 16.
+// Rows m .. m + R - 1, columns n .. n + 63: R rows x 4 vectors of 16 in registers.
 template <int R>
 inline void gemm_block(int m, int n, int K, GemmOperand A, GemmOperand B, float* C, int ldc, float beta,
                        bool subtract) {
@@ -61,7 +61,8 @@ inline void gemm_block(int m, int n, int K, GemmOperand A, GemmOperand B, float*
 }  // namespace gemm_detail
 
 // C (M x N, row stride ldc) = beta C + (subtract ? -1 : 1) A (M x K) B (K x N). beta 0 does not
-// read C. A, B and C must not overlap.
+// read C. No element of C may be an element of A or B (they may share rows: ops_gdn keeps
+// [W | Kc] in one row and writes W from Kc).
 inline void small_gemm(int M, int N, int K, GemmOperand A, GemmOperand B, float* C, int ldc, float beta,
                        bool subtract = false) {
   int n_vec = 0;
@@ -73,7 +74,7 @@ inline void small_gemm(int M, int N, int K, GemmOperand A, GemmOperand B, float*
     for (; m < M; ++m) gemm_detail::gemm_block<1>(m, n, K, A, B, C, ldc, beta, subtract);
   }
 #endif
-  if (n_vec < N) gemm_detail::gemm_scalar(0, M, n_vec, N, K, A, B, C, ldc, beta, subtract);
+  if (n_vec < N) gemm_detail::gemm_scalar(M, n_vec, N, K, A, B, C, ldc, beta, subtract);
 }
 
 }  // namespace df::cpu

@@ -64,7 +64,8 @@ __global__ void __launch_bounds__(kColsPerBlock)
 }
 
 // The same recurrence with each thread's share of a state column in registers (d_k = 64 or 128,
-// d_v a multiple of 16): 4 threads per column j (parts p = lane % 4), so S is read once and
+// d_v a multiple of 32, gdn_recurrent_in_registers): 4 threads per column j (parts p = lane %
+// 4), so S is read once and
 // written once per call, and the two column sums (S^T k, S^T q) reduce over the 4 threads by
 // shuffles. 16 columns per block: n_v * d_v / 16 blocks (384 at n_v = 48, d_v = 128) of 64
 // threads, so the 132 SMs of an H100/H200 hold 2-3 blocks each (128-thread blocks left 60 SMs
@@ -75,9 +76,9 @@ __global__ void __launch_bounds__(kColsPerBlock)
 // shared memory first, with every load in flight at once: a link then waits on shared memory
 // only (H100, one layer at the 27B shape, in a stream: 16 rows 21.4 -> 11.2 us, 8 rows 12.2
 // -> 6.9, 1 row 4.7 -> 4.9, against loading row t + 1's inputs from global memory while row t
-// computed; docs/performance.md, session 16). Part p owns the float4 chunks 4 m + p of a column (rows i
-// = 16 m + 4 p + e), so the four parts of a column read 64 consecutive bytes of q or k per
-// chunk step (one shared-memory wavefront, broadcast to the warp's eight columns), and each
+// computed; docs/performance.md, session 16). Part p owns the float4 chunks 4 m + p of a
+// column (rows i = 16 m + 4 p + e), so the four parts of a column read 64 consecutive bytes of
+// q or k per chunk step (one shared-memory wavefront, broadcast to the warp's eight columns), and each
 // dot product keeps four partial sums (one per e) to shorten its dependency chain.
 // With keep_state the column is not written back. The block shape does not change any sum.
 constexpr int kRegColsPerBlock = 16;
